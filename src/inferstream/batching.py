@@ -1,0 +1,182 @@
+"""Cross-stream dynamic batching: pyinfer instances naming the same batch-group share one Detector.
+
+Each streaming thread calls ``BatchGroup.infer(frame)`` and blocks until its own frame's detections are back.
+There is no batching thread: the thread whose arrival fills the batch — or whose oldest waiting frame has waited
+``max_latency`` — runs the batch for everyone (one thread hop fewer per frame). A batch is "full" at
+``batch_size`` frames or when every live member has a frame waiting, so a stream that ended (``leave``) is never
+waited for. Model swaps happen between batches, under the same lock that runs them: every frame is inferred by
+exactly one model.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from inferstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inferstream.detections import Detections
+    from inferstream.frames.raw import RawFrame
+    from inferstream.inference import Detector, InferConfig
+    from inferstream.models.base import DecodeParams
+
+
+@dataclass
+class _Slot:
+    frame: RawFrame
+    params: DecodeParams
+    arrived: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Detections | None = None
+    model: Detector | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class BatchStats:
+    """Counters readable at runtime (the element exposes them as a read-only property)."""
+
+    batches: int = 0
+    frames: int = 0
+    wait_s: float = 0.0
+    infer_s: float = 0.0
+
+    @property
+    def mean_fill(self) -> float:
+        return self.frames / self.batches if self.batches else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"batches": self.batches, "frames": self.frames, "mean-fill": round(self.mean_fill, 3),
+                "mean-wait-ms": round(1e3 * self.wait_s / max(self.frames, 1), 3),
+                "mean-infer-ms": round(1e3 * self.infer_s / max(self.batches, 1), 3)}
+
+
+class BatchGroup:
+    """One model and its batch queue, shared by the members of a batch-group."""
+
+    def __init__(self, name: str, cfg: InferConfig, detector: Detector, batch_size: int, max_latency_s: float):
+        self.name, self.cfg, self.batch_size, self.max_latency_s = name, cfg, batch_size, max_latency_s
+        self.detector = detector
+        self.stats = BatchStats()
+        self._members = 0
+        self._live = 0
+        self._pending: list[_Slot] = []
+        self._cond = threading.Condition()
+        self._run_lock = threading.Lock()
+
+    # membership -------------------------------------------------------------------------------------------
+    def join(self) -> None:
+        with self._cond:
+            self._members += 1
+            self._live += 1
+
+    def leave_stream(self) -> None:
+        """The member's stream ended (EOS): stop counting it as a frame source; wake waiters."""
+        with self._cond:
+            self._live = max(0, self._live - 1)
+            self._cond.notify_all()
+
+    def rejoin_stream(self) -> None:
+        with self._cond:
+            self._live = min(self._members, self._live + 1)
+
+    def release(self) -> int:
+        """Drop one member; returns the members left (0: the caller closes the group)."""
+        with self._cond:
+            self._members -= 1
+            self._live = min(self._live, self._members)
+            self._cond.notify_all()
+            return self._members
+
+    # inference --------------------------------------------------------------------------------------------
+    def infer(self, frame: RawFrame, params: DecodeParams) -> tuple[Detections, Detector]:
+        """This frame's detections and the Detector that produced them; blocks until its batch ran."""
+        slot = _Slot(frame, params, time.monotonic())
+        with self._cond:
+            self._pending.append(slot)
+            self._cond.notify_all()
+        while not slot.done.is_set():
+            batch = self._take_batch(slot)
+            if batch:
+                self._run(batch)
+        if slot.error is not None or slot.result is None or slot.model is None:
+            raise slot.error or RuntimeError("batch finished without a result")
+        return slot.result, slot.model
+
+    def _take_batch(self, slot: _Slot) -> list[_Slot]:
+        with self._cond:
+            while not slot.done.is_set():
+                if self._pending:
+                    waited = time.monotonic() - self._pending[0].arrived
+                    full = len(self._pending) >= min(self.batch_size, max(self._live, 1))
+                    if full or waited >= self.max_latency_s:
+                        batch, self._pending = self._pending[:self.batch_size], self._pending[self.batch_size:]
+                        return batch
+                    self._cond.wait(self.max_latency_s - waited)
+                else:
+                    self._cond.wait(0.05)
+            return []
+
+    def _run(self, batch: list[_Slot]) -> None:
+        with self._run_lock:
+            t0 = time.monotonic()
+            detector = self.detector
+            try:
+                # frames with other thresholds could share a forward pass; keep it simple: the group's params
+                results = detector.infer([s.frame for s in batch], batch[0].params)
+            except BaseException as exc:  # delivered to every waiting thread, which posts it on its own element
+                for s in batch:
+                    s.error = exc
+            else:
+                for s, r in zip(batch, results):
+                    s.result, s.model = r, detector
+            t1 = time.monotonic()
+            self.stats.batches += 1
+            self.stats.frames += len(batch)
+            self.stats.infer_s += t1 - t0
+            self.stats.wait_s += sum(t0 - s.arrived for s in batch)
+        for s in batch:
+            s.done.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def swap(self, detector: Detector) -> Detector:
+        """Install ``detector`` between two batches; returns the old one (the caller closes it)."""
+        with self._run_lock:
+            old, self.detector = self.detector, detector
+            self.cfg = detector.cfg
+            return old
+
+
+_GROUPS: dict[str, BatchGroup] = {}
+_GROUPS_LOCK = threading.Lock()
+
+
+def acquire_group(name: str, cfg: InferConfig, batch_size: int, max_latency_s: float) -> BatchGroup:
+    """The group called ``name`` (created with a freshly loaded Detector when new); joins it.
+
+    Raises:
+        ConfigError: when the group exists with another model configuration.
+    """
+    from inferstream.inference import Detector
+
+    with _GROUPS_LOCK:
+        group = _GROUPS.get(name)
+        if group is None:
+            detector = Detector(cfg)
+            detector.warmup(batch_size)
+            group = _GROUPS[name] = BatchGroup(name, cfg, detector, batch_size, max_latency_s)
+        elif not group.cfg.same_model(cfg):
+            raise ConfigError(f"batch-group {name!r} already runs model {group.cfg.model!r} "
+                              f"({group.cfg.family}); this instance asks for {cfg.model!r} ({cfg.family})")
+        group.join()
+        return group
+
+
+def release_group(group: BatchGroup) -> None:
+    with _GROUPS_LOCK:
+        if group.release() == 0:
+            _GROUPS.pop(group.name, None)
+            group.detector.close()

@@ -1,0 +1,239 @@
+"""pyinfer: runs a detector on every frame (batched across streams) and attaches GstAnalytics metadata.
+
+A thin shell (R6): properties, caps, lifecycle, errors. Inference lives in inferstream.inference and
+inferstream.batching; metadata writing in inferstream.meta.gstanalytics.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from typing import TYPE_CHECKING
+
+import gi
+
+gi.require_version("Gst", "1.0")
+gi.require_version("GstBase", "1.0")
+gi.require_version("GstVideo", "1.0")
+from gi.repository import GLib, GObject, Gst, GstBase, GstVideo  # noqa: E402
+
+from inferstream.elements import _props as props  # noqa: E402
+from inferstream.elements._caps import system_video_caps, video_templates  # noqa: E402
+from inferstream.elements._errors import post_error, post_warning  # noqa: E402
+from inferstream.errors import ConfigError  # noqa: E402
+
+if TYPE_CHECKING:
+    from inferstream.batching import BatchGroup
+    from inferstream.inference import InferConfig
+    from inferstream.models.base import DecodeParams
+
+FAMILIES = ("auto", "yolo", "yolo-end2end", "yolo-obb", "yolo-obb-end2end")
+SWAP_MESSAGE = "inferstream/model-swapped"
+
+
+def _parse_size(text: str) -> tuple[int, int] | None:
+    """'640' → (640, 640); '640x384' (width x height) → (384, 640); '' → None (from the model)."""
+    if not text:
+        return None
+    try:
+        w, _, h = text.lower().partition("x")
+        size = (int(h or w), int(w))
+    except ValueError:
+        raise ConfigError(f"input-size {text!r}: expected N or WIDTHxHEIGHT, e.g. 640 or 640x384") from None
+    if min(size) < 32 or max(size) > 8192:
+        raise ConfigError(f"input-size {text!r}: each side must be within 32..8192")
+    return size
+
+
+def _parse_classes(text: str) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(c) for c in text.replace(";", ",").split(",") if c.strip())
+    except ValueError:
+        raise ConfigError(f"classes {text!r}: expected class ids separated by commas, e.g. 0,2,7") from None
+
+
+class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
+    __gtype_name__ = "InferstreamPyInfer"
+    __gstmetadata__ = (
+        "inferstream detector",
+        "Filter/Analyzer/Video",
+        "Runs a PyTorch / ONNX detector (YOLO v5u/v8/v11/26, end-to-end, OBB or your own post-processing) on each "
+        "frame, batching frames across the instances of one batch-group, and attaches GstAnalytics "
+        "object-detection metadata. Buffers pass through unchanged.",
+        "inferstream",
+    )
+    __gsttemplates__ = video_templates(system_video_caps())
+
+    model = props.string("Model", "Model file (.onnx, .pt/.pth TorchScript or checkpoint, ultralytics .pt) or "
+                         "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap)",
+                         mutable_playing=True)
+    model_family = props.choice("Model family", "Output decoder; auto detects it from the output layout and the "
+                                "model's metadata", FAMILIES, "auto")
+    labels = props.string("Labels", "Label file (one per line) or comma-separated list; labels embedded in the "
+                          "model file win")
+    postprocess = props.string("Post-process", "package.module:function(outputs, params) -> list[Detections] "
+                               "replacing the built-in decoder")
+    confidence_threshold = props.number("Confidence threshold", "Detections scoring below this are dropped",
+                                        0.25, 0.0, 1.0)
+    iou_threshold = props.number("IoU threshold", "Non-maximum suppression IoU threshold", 0.45, 0.0, 1.0)
+    max_detections = props.integer("Max detections", "At most this many detections per frame", 300, 1, 10000)
+    classes = props.string("Classes", "Keep only these class ids (comma-separated); empty keeps all")
+    input_size = props.string("Input size", "Network input N or WIDTHxHEIGHT; empty: from the model (else 640)")
+    device = props.string("Device", "Torch device: cpu, cuda, cuda:N", "cpu")
+    precision = props.choice("Precision", "Compute precision; auto is fp16 on CUDA, fp32 on CPU",
+                             ("auto", "fp32", "fp16"), "auto")
+    backend = props.choice("Backend", "Runtime; auto picks by file type", ("auto", "torch", "onnxruntime"), "auto")
+    trust_checkpoint = props.boolean("Trust checkpoint", "Allow full unpickling of .pt checkpoints (ultralytics "
+                                     "files need it). Unpickling runs code from the file: only for files you trust",
+                                     False)
+    batch_size = props.integer("Batch size", "Most frames per forward pass, collected across the batch-group",
+                               1, 1, 256)
+    batch_group = props.string("Batch group", "Instances with the same name share one model and batch their "
+                               "frames together; empty: a private group")
+    max_latency = props.number("Max latency", "Longest a frame waits for its batch to fill, in milliseconds",
+                               20.0, 0.0, 10000.0)
+    interval = props.integer("Interval", "Frames to skip between inferences, per stream (as nvinfer's interval): "
+                             "0 infers every frame", 0, 0, 10000)
+    unique_id = props.integer("Unique id", "Producer id recorded with each detection (as nvinfer's "
+                              "gie-unique-id)", 1, 0, 2**31 - 1)
+
+    @GObject.Property(type=str, nick="Statistics", flags=GObject.ParamFlags.READABLE,
+                      blurb="Batching statistics of the batch-group as JSON: batches, frames, mean-fill, "
+                      "mean-wait-ms, mean-infer-ms")
+    def stats(self) -> str:
+        return json.dumps(self._group.stats.as_dict() if self._group else {})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_in_place(True)
+        self.set_passthrough(False)
+        self._info: GstVideo.VideoInfo | None = None
+        self._group: BatchGroup | None = None
+        self._params: DecodeParams | None = None
+        self._quarks: dict[tuple[str, ...], list[int]] = {}
+        self._producer = 0
+        self._frame_index = 0
+        self._skip = 0
+        self._swap_lock = threading.Lock()
+        self._swap_generation = 0
+        self.connect("notify::model", self._on_model_changed)
+
+    # hot swap: the setter stays plain (R7); the notify handler hands the request to a loader thread ----------
+    def _on_model_changed(self, *_args: object) -> None:
+        if self._group is None:
+            return  # not started: do_start loads whatever model is set then
+        with self._swap_lock:
+            self._swap_generation += 1
+            generation = self._swap_generation
+        threading.Thread(target=self._load_and_swap, args=(generation, self.model),
+                         name=f"{self.get_name()}-swap", daemon=True).start()
+
+    def _load_and_swap(self, generation: int, model: str) -> None:
+        from inferstream.inference import Detector
+
+        current = self._group.cfg.model if self._group else "?"
+        try:
+            detector = Detector(self._config(model))
+            detector.warmup(self.batch_size)
+        except Exception as exc:  # keep the old model running
+            post_warning(self, exc, f"model swap to {model!r} failed, still running {current!r}")
+            return
+        with self._swap_lock:
+            group = self._group
+            if generation != self._swap_generation or group is None:
+                detector.close()
+                post_warning(self, ConfigError(f"superseded by model {self.model!r}"),
+                             f"model swap to {model!r} cancelled")
+                return
+            old = group.swap(detector)
+        old.close()
+        structure = Gst.Structure.new_empty(SWAP_MESSAGE)
+        structure.set_value("old-model", old.cfg.model)
+        structure.set_value("new-model", model)
+        self.post_message(Gst.Message.new_element(self, structure))
+
+    # lifecycle ----------------------------------------------------------------------------------------------
+    def _config(self, model: str) -> InferConfig:
+        from inferstream.inference import InferConfig, parse_labels
+        from inferstream.models.base import DecodeParams
+
+        for name, choices in (("model-family", FAMILIES), ("precision", ("auto", "fp32", "fp16")),
+                              ("backend", ("auto", "torch", "onnxruntime"))):
+            if self.get_property(name) not in choices:
+                raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
+        if not model:
+            raise ConfigError("the model property is not set")
+        params = DecodeParams(conf=self.confidence_threshold, iou=self.iou_threshold, max_det=self.max_detections,
+                              classes=_parse_classes(self.classes))
+        return InferConfig(model=model, family=self.model_family, labels=parse_labels(self.labels), params=params,
+                           input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
+                           backend=self.backend, trust_checkpoint=self.trust_checkpoint,
+                           postprocess=self.postprocess or None)
+
+    def do_start(self) -> bool:
+        from inferstream.batching import acquire_group
+        from inferstream.meta.gstanalytics import producer_quark
+
+        try:
+            cfg = self._config(self.model)
+            name = self.batch_group or f"{self.get_name()}@{id(self):x}"
+            self._group = acquire_group(name, cfg, self.batch_size, self.max_latency / 1000.0)
+        except Exception as exc:  # the C boundary: report, refuse to start
+            post_error(self, exc, f"cannot load model {self.model!r}")
+            return False
+        self._params = cfg.params
+        self._producer = producer_quark(self.unique_id)
+        self._frame_index = 0
+        self._skip = self.interval
+        return True
+
+    def do_stop(self) -> bool:
+        from inferstream.batching import release_group
+
+        with self._swap_lock:
+            self._swap_generation += 1  # cancels a swap still loading
+        if self._group is not None:
+            release_group(self._group)
+            self._group = None
+        return True
+
+    def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
+        self._info = GstVideo.VideoInfo.new_from_caps(incaps)
+        return self._info is not None
+
+    def do_sink_event(self, event: Gst.Event) -> bool:
+        if self._group is not None:
+            if event.type == Gst.EventType.EOS:
+                self._group.leave_stream()
+            elif event.type == Gst.EventType.FLUSH_STOP or event.type == Gst.EventType.STREAM_START:
+                self._frame_index = 0
+        return GstBase.BaseTransform.do_sink_event(self, event)
+
+    # streaming ----------------------------------------------------------------------------------------------
+    def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
+        from inferstream.frames.system import mapped_frame
+        from inferstream.meta.gstanalytics import write_detections
+
+        index, self._frame_index = self._frame_index, self._frame_index + 1
+        if self._skip and index % (self._skip + 1):
+            return Gst.FlowReturn.OK
+        try:
+            with mapped_frame(buf, self._info) as frame:
+                dets, detector = self._group.infer(frame, self._params)
+            write_detections(buf, dets, self._label_quarks(detector.labels), self._producer)
+        except Exception as exc:  # the one broad catch: the C boundary (R8)
+            post_error(self, exc, "inference failed")
+            return Gst.FlowReturn.ERROR
+        return Gst.FlowReturn.OK
+
+    def _label_quarks(self, labels: tuple[str, ...]) -> list[int]:
+        quarks = self._quarks.get(labels)
+        if quarks is None:
+            from inferstream.meta.gstanalytics import label_quarks
+
+            quarks = self._quarks[labels] = label_quarks(labels)
+        return quarks
+
+
+GObject.type_register(PyInfer)

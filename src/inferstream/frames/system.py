@@ -1,0 +1,80 @@
+"""System-memory video buffers as zero-copy tensor views (numpy view of the mapped buffer → torch, no host copy)."""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import gi
+import numpy as np
+
+gi.require_version("Gst", "1.0")
+gi.require_version("GstVideo", "1.0")
+from gi.repository import Gst, GstVideo  # noqa: E402
+
+from inferstream.errors import UnsupportedFormatError  # noqa: E402
+from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame  # noqa: E402
+
+# Mapped READ memory is read-only; torch warns once when viewing it. We never write through these views.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+SUPPORTED_FORMATS: tuple[str, ...] = PACKED_FORMATS + PLANAR_FORMATS
+_CHANNELS = {f: 3 if len(f) == 3 else 4 for f in PACKED_FORMATS}
+
+
+def _layout(buf: Gst.Buffer, info: GstVideo.VideoInfo) -> tuple[list[int], list[int]]:
+    """Plane strides and offsets: the buffer's own video meta wins (upstream may pad rows), else the caps'."""
+    n = info.finfo.n_planes
+    vmeta = GstVideo.buffer_get_video_meta(buf)
+    if vmeta is not None:
+        return list(vmeta.stride[:n]), list(vmeta.offset[:n])
+    return list(info.stride[:n]), list(info.offset[:n])
+
+
+def _plane(data: memoryview, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    return np.ndarray(shape, np.uint8, buffer=data, offset=offset, strides=strides)
+
+
+def frame_from_mapped(data: memoryview, fmt: str, width: int, height: int, strides: list[int],
+                      offsets: list[int], colorimetry: tuple[str, bool] = ("bt601", False)) -> RawFrame:
+    """Build a RawFrame of strided views over mapped bytes (no copy).
+
+    Args:
+        data: the mapped buffer bytes.
+        fmt: GStreamer format name (one of SUPPORTED_FORMATS).
+        width, height: frame size in pixels.
+        strides, offsets: per-plane row stride and byte offset.
+        colorimetry: (matrix name, full range) for YUV formats.
+    """
+    import torch
+
+    if fmt in _CHANNELS:
+        c = _CHANNELS[fmt]
+        planes = (_plane(data, offsets[0], (height, width, c), (strides[0], c, 1)),)
+    elif fmt == "NV12":
+        ch, cw = (height + 1) // 2, (width + 1) // 2
+        planes = (_plane(data, offsets[0], (height, width), (strides[0], 1)),
+                  _plane(data, offsets[1], (ch, cw, 2), (strides[1], 2, 1)))
+    elif fmt == "I420":
+        ch, cw = (height + 1) // 2, (width + 1) // 2
+        planes = (_plane(data, offsets[0], (height, width), (strides[0], 1)),
+                  _plane(data, offsets[1], (ch, cw), (strides[1], 1)),
+                  _plane(data, offsets[2], (ch, cw), (strides[2], 1)))
+    else:
+        raise UnsupportedFormatError(f"video format {fmt!r} is not supported; use one of {list(SUPPORTED_FORMATS)}")
+    return RawFrame(fmt, width, height, tuple(torch.from_numpy(p) for p in planes), colorimetry[0], colorimetry[1])
+
+
+def colorimetry_of(info: GstVideo.VideoInfo) -> tuple[str, bool]:
+    """(matrix, full_range) of the caps, as ops.color expects them."""
+    matrix = "bt709" if info.colorimetry.matrix == GstVideo.VideoColorMatrix.BT709 else "bt601"
+    return matrix, info.colorimetry.range == GstVideo.VideoColorRange._0_255
+
+
+@contextmanager
+def mapped_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo) -> Iterator[RawFrame]:
+    """Zero-copy RawFrame of a system-memory buffer; valid only inside the with-block (R10)."""
+    strides, offsets = _layout(buf, info)
+    fmt = info.finfo.name
+    with buf.map(Gst.MapFlags.READ) as mapinfo:
+        yield frame_from_mapped(mapinfo.data, fmt, info.width, info.height, strides, offsets, colorimetry_of(info))

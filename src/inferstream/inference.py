@@ -1,0 +1,133 @@
+"""The detector runner: frames in, per-frame Detections in frame pixels out. No GStreamer here (R6)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inferstream.errors import ConfigError, UnsupportedModelError
+from inferstream.models.base import DecodeParams
+
+if TYPE_CHECKING:
+    import torch
+
+    from inferstream.backends.base import Backend
+    from inferstream.detections import Detections
+    from inferstream.frames.raw import RawFrame
+    from inferstream.models.base import Decoder
+
+DEFAULT_INPUT_SIZE = (640, 640)
+
+
+@dataclass(frozen=True, slots=True)
+class InferConfig:
+    """Everything that decides what a Detector computes (read once from the element's properties)."""
+
+    model: str
+    family: str = "auto"
+    labels: tuple[str, ...] | None = None
+    params: DecodeParams = DecodeParams()
+    input_size: tuple[int, int] | None = None  # (height, width); None: from the model
+    device: str = "cpu"
+    precision: str = "auto"
+    backend: str = "auto"
+    trust_checkpoint: bool = False
+    postprocess: str | None = None
+
+    def same_model(self, other: InferConfig) -> bool:
+        """True when both would load and decode the same model (thresholds may differ)."""
+        return replace(self, params=other.params) == other
+
+
+def parse_labels(text: str) -> tuple[str, ...] | None:
+    """Labels from a file (one per line) or a comma-separated list; empty → None."""
+    if not text:
+        return None
+    path = Path(text)
+    if path.is_file():
+        names = [line.strip() for line in path.read_text().splitlines()]
+        return tuple(n for n in names if n)
+    if "," not in text and ("/" in text or text.endswith(".txt")):
+        raise ConfigError(f"labels file {text!r} not found (or give a comma-separated list)")
+    return tuple(n.strip() for n in text.split(","))
+
+
+class Detector:
+    """A loaded model plus its decoder; ``infer`` runs one batch of frames end to end.
+
+    The decoder is chosen from the model's real output shapes at warm-up (a dummy forward), so a wrong
+    ``model-family`` or an unknown layout fails at start, not on the first frame.
+    """
+
+    def __init__(self, cfg: InferConfig) -> None:
+        from inferstream.backends.loader import load_backend
+
+        self.cfg = cfg
+        self.backend: Backend = load_backend(cfg.model, device=cfg.device, precision=cfg.precision,
+                                             backend=cfg.backend, trust_checkpoint=cfg.trust_checkpoint)
+        info = self.backend.info
+        self.input_size: tuple[int, int] = cfg.input_size or info.input_size or DEFAULT_INPUT_SIZE
+        if info.input_size and cfg.input_size and tuple(cfg.input_size) != tuple(info.input_size):
+            raise ConfigError(f"input-size {cfg.input_size} differs from the model's fixed input {info.input_size}")
+        self.labels: tuple[str, ...] = info.names or cfg.labels or ()
+        self.decoder: Decoder = self._make_decoder()
+        if not self.labels:
+            self.labels = tuple(f"class{i}" for i in range(self.num_classes))
+        elif len(self.labels) < self.num_classes:
+            raise ConfigError(f"{len(self.labels)} labels given but the model has {self.num_classes} classes")
+
+    def _make_decoder(self) -> Decoder:
+        from inferstream.models.registry import detect_family, load_postprocess, make_decoder
+
+        shapes = [tuple(t.shape) for t in self._dummy_forward(1)]
+        self.output_shapes = shapes
+        if self.cfg.postprocess:
+            self.family = "custom"
+            self.num_classes = len(self.cfg.labels or self.backend.info.names or ()) or 1
+            return load_postprocess(self.cfg.postprocess)
+        self.family = detect_family(shapes, self.backend.info) if self.cfg.family == "auto" else self.cfg.family
+        decoder = make_decoder(self.family, shapes, self.backend.info)
+        self.num_classes = int(getattr(decoder, "num_classes", 0)) or len(self.backend.info.names or ()) or 1
+        return decoder
+
+    def _dummy_forward(self, batch: int) -> list[torch.Tensor]:
+        import torch
+
+        h, w = self.input_size
+        x = torch.zeros((batch, 3, h, w), dtype=self.backend.dtype, device=self.backend.device)
+        try:
+            return self.backend(x)
+        except Exception as exc:  # the model itself rejects the input: say which input we tried
+            raise UnsupportedModelError(f"the model failed on a {tuple(x.shape)} {x.dtype} input: {exc}") from exc
+
+    def warmup(self, batch_size: int) -> None:
+        self.backend.warmup(batch_size, self.input_size)
+
+    def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
+        """Detections (CPU tensors, frame pixels) for each frame, in order; axis-aligned boxes are clipped.
+
+        Pixels are read once from the views into the model's input tensor; the detections of the whole batch
+        cross to the host together (one copy per field per batch).
+        """
+        import torch
+
+        from inferstream.detections import Detections
+        from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_xyxy
+
+        with torch.inference_mode():
+            batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype)
+            per_frame = self.decoder(self.backend(batch), params or self.cfg.params)
+            counts = [len(d) for d in per_frame]
+            rows = torch.repeat_interleave(torch.arange(len(frames), device=lb.scale.device),
+                                           torch.tensor(counts, device=lb.scale.device))
+            merged = Detections.merge(per_frame)
+            boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale[rows, None], lb.pad_x[rows, None],
+                                     lb.pad_y[rows, None])
+            if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
+                sizes = torch.tensor([[f.height, f.width] for f in frames], device=boxes.device)[rows]
+                boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
+            merged = replace(merged, boxes_xyxy=boxes).to("cpu")
+            return merged.split(counts)
+
+    def close(self) -> None:
+        self.backend.close()

@@ -1,0 +1,43 @@
+"""Small real torch models for pipeline tests: they *see* the frame and find coloured squares.
+
+``color_blob_detector`` returns, per frame, one box per colour (red, green, blue: classes 0, 1, 2) around the pixels
+where that channel dominates — an end-to-end layout ``(B, 3, 6)`` = x1, y1, x2, y2, score, class in input pixels.
+A scene with known squares therefore has known detections, which makes stream mix-ups and model swaps checkable.
+``shifted_blob_detector`` is the same with classes 3, 4, 5, so two models are told apart by their output.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ColorBlobDetector(nn.Module):
+    def __init__(self, class_offset: int = 0) -> None:
+        super().__init__()
+        self.class_offset = class_offset
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = x.shape
+        out = torch.zeros((b, 3, 6), dtype=x.dtype, device=x.device)
+        for c in range(3):
+            others = torch.cat([x[:, :c], x[:, c + 1:]], dim=1).amax(dim=1)
+            mask = (x[:, c] > 0.6) & (others < 0.35)  # [B, H, W]
+            rows, cols = mask.any(dim=2), mask.any(dim=1)  # [B, H], [B, W]
+            ys = torch.arange(h, device=x.device, dtype=x.dtype)
+            xs = torch.arange(w, device=x.device, dtype=x.dtype)
+            big = torch.tensor(1e9, dtype=x.dtype, device=x.device)
+            out[:, c, 0] = torch.where(cols, xs, big).amin(dim=1)
+            out[:, c, 1] = torch.where(rows, ys, big).amin(dim=1)
+            out[:, c, 2] = torch.where(cols, xs, -big).amax(dim=1) + 1
+            out[:, c, 3] = torch.where(rows, ys, -big).amax(dim=1) + 1
+            out[:, c, 4] = (mask.flatten(1).sum(dim=1) > 16).to(x.dtype) * 0.9
+            out[:, c, 5] = c + self.class_offset
+        return out
+
+
+def color_blob_detector() -> nn.Module:
+    return ColorBlobDetector(0).eval()
+
+
+def shifted_blob_detector() -> nn.Module:
+    return ColorBlobDetector(3).eval()

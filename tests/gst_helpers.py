@@ -1,0 +1,68 @@
+"""Run real pipelines in tests and collect what a probe sees (meta read back through meta/gstanalytics.py)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gi
+
+gi.require_version("Gst", "1.0")
+from gi.repository import Gst  # noqa: E402
+
+Gst.init(None)
+
+
+@dataclass
+class RunResult:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    elements: list[Gst.Structure] = field(default_factory=list)
+    eos: bool = False
+    seen: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def run_pipeline(description: str, probes: dict[str, Callable[[Gst.Buffer], Any]] | None = None,
+                 timeout_s: float = 120.0, on_start: Callable[[Gst.Pipeline], None] | None = None,
+                 on_message: Callable[[Gst.Pipeline, Gst.Message], None] | None = None) -> RunResult:
+    """Play ``description`` to EOS or error; ``probes`` maps an element name to a function run on each buffer
+    leaving that element's src pad, whose return values are collected in ``seen[name]``."""
+    pipeline = Gst.parse_launch(description)
+    result = RunResult()
+    for name, fn in (probes or {}).items():
+        pad = pipeline.get_by_name(name).get_static_pad("src")
+        seen = result.seen.setdefault(name, [])
+
+        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo, fn: Callable = fn, seen: list = seen) -> Gst.PadProbeReturn:
+            seen.append(fn(info.get_buffer()))
+            return Gst.PadProbeReturn.OK
+
+        pad.add_probe(Gst.PadProbeType.BUFFER, probe)
+    bus = pipeline.get_bus()
+    pipeline.set_state(Gst.State.PLAYING)
+    if on_start:
+        on_start(pipeline)
+    deadline = timeout_s * Gst.SECOND
+    try:
+        while True:
+            msg = bus.timed_pop_filtered(deadline, Gst.MessageType.ERROR | Gst.MessageType.EOS
+                                         | Gst.MessageType.WARNING | Gst.MessageType.ELEMENT)
+            if msg is None:
+                raise TimeoutError(f"pipeline did not finish within {timeout_s} s: {description}")
+            if on_message:
+                on_message(pipeline, msg)
+            if msg.type == Gst.MessageType.ERROR:
+                err, dbg = msg.parse_error()
+                result.errors.append(f"{err.message} | {dbg}")
+                break
+            if msg.type == Gst.MessageType.WARNING:
+                err, dbg = msg.parse_warning()
+                result.warnings.append(f"{err.message} | {dbg}")
+            elif msg.type == Gst.MessageType.ELEMENT:
+                result.elements.append(msg.get_structure().copy())
+            elif msg.type == Gst.MessageType.EOS:
+                result.eos = True
+                break
+    finally:
+        pipeline.set_state(Gst.State.NULL)
+    return result
