@@ -41,3 +41,39 @@ def color_blob_detector() -> nn.Module:
 
 def shifted_blob_detector() -> nn.Module:
     return ColorBlobDetector(3).eval()
+
+
+class _OddLayout(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3)).repeat(1, 3)[:, :7]  # (B, 7): no decoder understands it
+
+
+def odd_layout_model() -> nn.Module:
+    return _OddLayout()
+
+
+class _FailsOnThirdBatch(ColorBlobDetector):
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 4:  # the first call is the warm-up pass at start
+            raise RuntimeError("the model broke on its third batch")
+        return super().forward(x)
+
+
+def fails_on_third_batch() -> nn.Module:
+    return _FailsOnThirdBatch()
+
+
+def only_red_postprocess(outputs: list[torch.Tensor], params: object) -> list:
+    """A user post-process: the model's end-to-end rows, keeping class 0 only."""
+    from inferstream.detections import Detections
+
+    out = []
+    for rows in outputs[0]:
+        rows = rows[(rows[:, 5] == 0) & (rows[:, 4] > 0.5)]
+        out.append(Detections(boxes_xyxy=rows[:, :4].float(), scores=rows[:, 4].float(), labels=rows[:, 5].long()))
+    return out

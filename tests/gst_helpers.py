@@ -24,7 +24,8 @@ class RunResult:
 
 def run_pipeline(description: str, probes: dict[str, Callable[[Gst.Buffer], Any]] | None = None,
                  timeout_s: float = 120.0, on_start: Callable[[Gst.Pipeline], None] | None = None,
-                 on_message: Callable[[Gst.Pipeline, Gst.Message], None] | None = None) -> RunResult:
+                 on_message: Callable[[Gst.Pipeline, Gst.Message], None] | None = None,
+                 before_play: Callable[[Gst.Pipeline], None] | None = None) -> RunResult:
     """Play ``description`` to EOS or error; ``probes`` maps an element name to a function run on each buffer
     leaving that element's src pad, whose return values are collected in ``seen[name]``."""
     pipeline = Gst.parse_launch(description)
@@ -38,6 +39,8 @@ def run_pipeline(description: str, probes: dict[str, Callable[[Gst.Buffer], Any]
             return Gst.PadProbeReturn.OK
 
         pad.add_probe(Gst.PadProbeType.BUFFER, probe)
+    if before_play:
+        before_play(pipeline)
     bus = pipeline.get_bus()
     pipeline.set_state(Gst.State.PLAYING)
     if on_start:
@@ -66,3 +69,38 @@ def run_pipeline(description: str, probes: dict[str, Callable[[Gst.Buffer], Any]
     finally:
         pipeline.set_state(Gst.State.NULL)
     return result
+
+
+gi.require_version("GstBase", "1.0")
+from gi.repository import GObject, GstBase  # noqa: E402
+
+_INJECTORS: dict[str, Callable[[Gst.Buffer, int], None]] = {}
+
+
+class MetaInjector(GstBase.BaseTransform):
+    """Test element ``testinject name=N``: calls the function registered for N on each (writable) buffer —
+    how tests attach known metadata upstream of the element under test."""
+
+    __gtype_name__ = "InferstreamTestInject"
+    __gstmetadata__ = ("test meta injector", "Filter", "tests only", "inferstream")
+    __gsttemplates__ = (Gst.PadTemplate.new("sink", Gst.PadDirection.SINK, Gst.PadPresence.ALWAYS, Gst.Caps.new_any()),
+                        Gst.PadTemplate.new("src", Gst.PadDirection.SRC, Gst.PadPresence.ALWAYS, Gst.Caps.new_any()))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_in_place(True)
+        self._count = 0
+
+    def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
+        _INJECTORS[self.get_name()](buf, self._count)
+        self._count += 1
+        return Gst.FlowReturn.OK
+
+
+GObject.type_register(MetaInjector)
+Gst.Element.register(None, "testinject", Gst.Rank.NONE, MetaInjector)
+
+
+def inject(name: str, fn: Callable[[Gst.Buffer, int], None]) -> None:
+    """Register ``fn(buffer, index)`` for the ``testinject`` element called ``name``."""
+    _INJECTORS[name] = fn

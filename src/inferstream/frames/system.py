@@ -68,13 +68,17 @@ def frame_from_mapped(data: memoryview, fmt: str, width: int, height: int, strid
 def colorimetry_of(info: GstVideo.VideoInfo) -> tuple[str, bool]:
     """(matrix, full_range) of the caps, as ops.color expects them."""
     matrix = "bt709" if info.colorimetry.matrix == GstVideo.VideoColorMatrix.BT709 else "bt601"
-    return matrix, info.colorimetry.range == GstVideo.VideoColorRange._0_255
+    return matrix, info.colorimetry.range == getattr(GstVideo.VideoColorRange, "0_255")
 
 
 @contextmanager
-def mapped_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo) -> Iterator[RawFrame]:
-    """Zero-copy RawFrame of a system-memory buffer; valid only inside the with-block (R10)."""
+def mapped_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo, writable: bool = False) -> Iterator[RawFrame]:
+    """Zero-copy RawFrame of a system-memory buffer; valid only inside the with-block (R10).
+
+    ``writable`` maps READ|WRITE (the buffer must be writable, as in ``do_transform_ip``) so the views can be drawn on.
+    """
     strides, offsets = _layout(buf, info)
     fmt = info.finfo.name
-    with buf.map(Gst.MapFlags.READ) as mapinfo:
+    flags = Gst.MapFlags.READ | Gst.MapFlags.WRITE if writable else Gst.MapFlags.READ
+    with buf.map(flags) as mapinfo:
         yield frame_from_mapped(mapinfo.data, fmt, info.width, info.height, strides, offsets, colorimetry_of(info))

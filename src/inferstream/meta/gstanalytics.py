@@ -76,7 +76,7 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int], p
             if not ok:
                 raise MetaWriteError(f"add_oriented_od_mtd failed for label {label}")
             ids.append(od.id)
-    if producer is not None and ids:
+    if producer is not None:  # recorded even without detections: "this producer looked at this frame"
         ok, cls = rmeta.add_one_cls_mtd(1.0, producer)
         if not ok:
             raise MetaWriteError("add_one_cls_mtd failed for the producer record")
@@ -118,26 +118,31 @@ class FrameMeta:
         label_names: the label strings.
         od_ids: the ODMtd id of each row.
         producers: the producer id of each row (-1 when not recorded).
+        inferred_by: every producer recorded on the buffer, detections or not (a detector that skipped the frame
+            is absent).
     """
 
     dets: Detections
     label_names: tuple[str, ...]
     od_ids: tuple[int, ...]
     producers: tuple[int, ...]
+    inferred_by: frozenset[int]
 
 
 def _producers_by_od(rmeta: GstAnalytics.RelationMeta, ods: list[GstAnalytics.ODMtd],
-                     clss: list[GstAnalytics.ClsMtd]) -> list[int]:
+                     clss: list[GstAnalytics.ClsMtd]) -> tuple[list[int], frozenset[int]]:
     out = [-1] * len(ods)
+    present = set()
     for cls in clss:
         name = GLib.quark_to_string(cls.get_quark(0)) or ""
         if not name.startswith(PRODUCER_PREFIX):
             continue
         uid = int(name[len(PRODUCER_PREFIX):])
+        present.add(uid)
         for i, od in enumerate(ods):
             if rmeta.get_relation(cls.id, od.id) & GstAnalytics.RelTypes.CONTAIN:
                 out[i] = uid
-    return out
+    return out, frozenset(present)
 
 
 def _track_ids(rmeta: GstAnalytics.RelationMeta, ods: list[GstAnalytics.ODMtd],
@@ -172,7 +177,7 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
             clss.append(mtd)
         elif isinstance(mtd, GstAnalytics.TrackingMtd):
             trks.append(mtd)
-    producers = _producers_by_od(rmeta, ods, clss)
+    producers, present = _producers_by_od(rmeta, ods, clss)
     if unique_id is not None:
         keep = [i for i, p in enumerate(producers) if p == unique_id]
         ods, producers = [ods[i] for i in keep], [producers[i] for i in keep]
@@ -192,4 +197,4 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
         angles_rad=table[:, 5].contiguous() if bool((table[:, 5] != 0).any()) else None,
         track_ids=None if tracks is None else torch.tensor(tracks, dtype=torch.int64),
     )
-    return FrameMeta(dets, tuple(names), tuple(od.id for od in ods), tuple(producers))
+    return FrameMeta(dets, tuple(names), tuple(od.id for od in ods), tuple(producers), present)

@@ -1,0 +1,72 @@
+"""pyosd: draws the GstAnalytics detections of each frame (boxes, rotated boxes, labels, confidences, track ids)
+into the frame in place — nvdsosd's job on stock GStreamer. A thin shell: drawing lives in inferstream.ops.draw."""
+from __future__ import annotations
+
+import gi
+
+gi.require_version("Gst", "1.0")
+gi.require_version("GstBase", "1.0")
+gi.require_version("GstVideo", "1.0")
+from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
+
+from inferstream.elements import _props as props  # noqa: E402
+from inferstream.elements._caps import system_video_caps, video_templates  # noqa: E402
+from inferstream.elements._errors import post_error  # noqa: E402
+
+
+class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
+    __gtype_name__ = "InferstreamPyOsd"
+    __gstmetadata__ = (
+        "inferstream on-screen display",
+        "Filter/Effect/Video",
+        "Draws the frame's GstAnalytics object detections: boxes, oriented boxes as rotated polygons, labels with "
+        "confidence and track ids (stable colour per id) on system-memory video, in place",
+        "inferstream",
+    )
+    __gsttemplates__ = video_templates(system_video_caps())
+
+    line_width = props.integer("Line width", "Box outline width in pixels", 2, 1, 64)
+    font_scale = props.integer("Font scale", "Label glyph size: 7 x font-scale pixels high", 2, 1, 16)
+    show_labels = props.boolean("Show labels", "Draw the label text above each box", True)
+    show_confidence = props.boolean("Show confidence", "Append the confidence to the label", True)
+    show_track_ids = props.boolean("Show track ids", "Append #id of tracked objects; colour by track id", True)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_in_place(True)
+        self._info: GstVideo.VideoInfo | None = None
+
+    def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
+        self._info = GstVideo.VideoInfo.new_from_caps(incaps)
+        return self._info is not None
+
+    def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
+        from inferstream.frames.system import mapped_frame
+        from inferstream.meta.gstanalytics import read_detections
+        from inferstream.ops.draw import draw_detections, id_color
+
+        try:
+            meta = read_detections(buf)
+            if meta is None or len(meta.dets) == 0:
+                return Gst.FlowReturn.OK
+            dets = meta.dets
+            tracks = dets.track_ids.tolist() if dets.track_ids is not None else [-1] * len(dets)
+            labels, scores = dets.labels.tolist(), dets.scores.tolist()
+            colors = [id_color(t if t >= 0 and self.show_track_ids else 1000 + lab) for t, lab in zip(tracks, labels)]
+            texts = [self._text(meta.label_names[lab], score, t) for lab, score, t in zip(labels, scores, tracks)]
+            with mapped_frame(buf, self._info, writable=True) as frame:
+                draw_detections(frame, dets.boxes_xyxy, dets.angles_rad, colors, texts, self.line_width,
+                                self.font_scale)
+        except Exception as exc:  # the C boundary (R8)
+            post_error(self, exc, "drawing failed")
+            return Gst.FlowReturn.ERROR
+        return Gst.FlowReturn.OK
+
+    def _text(self, label: str, score: float, track_id: int) -> str:
+        if not self.show_labels:
+            return ""
+        text = f"{label} {score:.2f}" if self.show_confidence else label
+        return f"{text} #{track_id}" if track_id >= 0 and self.show_track_ids else text
+
+
+GObject.type_register(PyOsd)

@@ -1,0 +1,150 @@
+"""pytracker: multi-object tracking on GstAnalytics detections — nvtracker's job on stock GStreamer.
+
+Reads the frame's ODMtds (optionally only one producer's), tracks them per stream (one element = one stream), and
+relates a TrackingMtd (id, first/last seen, lost flag) RELATE_TO each tracked ODMtd; no box is duplicated. On frames
+without analytics meta (those ``pyinfer interval=N`` skipped) the tracks are carried forward by their motion model
+and written as ODMtds whose producer is this element's ``unique-id`` — that is how "predicted" boxes are marked.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import gi
+
+gi.require_version("Gst", "1.0")
+gi.require_version("GstBase", "1.0")
+from gi.repository import GObject, Gst, GstBase  # noqa: E402
+
+from inferstream.elements import _props as props  # noqa: E402
+from inferstream.elements._errors import post_error  # noqa: E402
+
+if TYPE_CHECKING:
+    from inferstream.detections import Detections
+    from inferstream.meta.gstanalytics import FrameMeta
+    from inferstream.tracking import Tracker, TrackResult
+
+_ANY_VIDEO = Gst.Caps.from_string("video/x-raw(ANY)")
+_DEFAULT_FRAME_NS = 33_333_333  # used only when buffers carry no pts
+
+
+class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
+    __gtype_name__ = "InferstreamPyTracker"
+    __gstmetadata__ = (
+        "inferstream tracker",
+        "Filter/Analyzer/Video",
+        "Tracks GstAnalytics object detections (ByteTrack: two-stage association with low-score detections and "
+        "Kalman motion) and relates a TrackingMtd to each tracked detection; carries tracks across frames the "
+        "detector skipped",
+        "inferstream",
+    )
+    __gsttemplates__ = (Gst.PadTemplate.new("sink", Gst.PadDirection.SINK, Gst.PadPresence.ALWAYS, _ANY_VIDEO),
+                        Gst.PadTemplate.new("src", Gst.PadDirection.SRC, Gst.PadPresence.ALWAYS, _ANY_VIDEO))
+
+    algorithm = props.string("Algorithm", "Tracker algorithm (bytetrack)", "bytetrack")
+    high_threshold = props.number("High threshold", "Detections scoring at least this are matched first and may "
+                                  "start tracks", 0.5, 0.0, 1.0)
+    low_threshold = props.number("Low threshold", "Detections below this are ignored; those between low and high "
+                                 "only extend existing tracks (ByteTrack's second stage)", 0.1, 0.0, 1.0)
+    new_track_threshold = props.number("New track threshold", "An unmatched detection must score this to start a "
+                                       "track", 0.6, 0.0, 1.0)
+    match_iou = props.number("Match IoU", "Minimum IoU between a track's predicted box and a detection", 0.2,
+                             0.0, 1.0)
+    max_age = props.number("Max age", "Seconds (of stream time) a track survives without a detection", 1.0,
+                           0.0, 3600.0)
+    min_hits = props.integer("Min hits", "Consecutive detections before a track is confirmed and gets an id",
+                             2, 1, 100)
+    per_class = props.boolean("Per class", "Only associate detections and tracks of the same label", False)
+    first_id = props.integer("First id", "First track id this element hands out (give streams disjoint ranges "
+                             "for pipeline-unique ids)", 1, 0, 2**31 - 1)
+    operate_on_unique_id = props.integer("Operate on unique id", "Track only detections of this producer "
+                                         "(pyinfer unique-id); -1 tracks all", -1, -1, 2**31 - 1)
+    unique_id = props.integer("Unique id", "Producer id recorded on the boxes this element predicts for frames "
+                              "without detections", 1000, 0, 2**31 - 1)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_in_place(True)
+        self._tracker: Tracker | None = None
+        self._labels: dict[str, int] = {}
+        self._last_pts = 0
+
+    def do_start(self) -> bool:
+        from inferstream.tracking import make_tracker
+
+        try:
+            self._tracker = make_tracker(
+                self.algorithm, high_score=self.high_threshold, low_score=self.low_threshold,
+                new_track_score=self.new_track_threshold, match_iou=self.match_iou, max_lost_s=self.max_age,
+                min_hits=self.min_hits, per_class=self.per_class, first_id=self.first_id)
+        except Exception as exc:
+            post_error(self, exc, "cannot create the tracker")
+            return False
+        self._last_pts = 0
+        return True
+
+    def do_sink_event(self, event: Gst.Event) -> bool:
+        if event.type == Gst.EventType.FLUSH_STOP and self._tracker is not None:
+            self._tracker.reset()
+        return GstBase.BaseTransform.do_sink_event(self, event)
+
+    def _pts(self, buf: Gst.Buffer) -> int:
+        pts = buf.pts if buf.pts != Gst.CLOCK_TIME_NONE else self._last_pts + _DEFAULT_FRAME_NS
+        self._last_pts = max(pts, self._last_pts)  # the tracker needs time that never goes backwards
+        return self._last_pts
+
+    def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
+        from inferstream.meta.gstanalytics import read_detections
+
+        try:
+            pts = self._pts(buf)
+            uid = None if self.operate_on_unique_id < 0 else self.operate_on_unique_id
+            meta = read_detections(buf, unique_id=uid)
+            if not self._detector_looked(meta, uid):
+                self._write_predicted(buf, self._tracker.predict_only(pts))
+            else:
+                self._write_tracked(buf, meta.od_ids, self._tracker.update(self._dets(meta), pts))
+        except Exception as exc:  # the C boundary (R8)
+            post_error(self, exc, "tracking failed")
+            return Gst.FlowReturn.ERROR
+        return Gst.FlowReturn.OK
+
+    @staticmethod
+    def _detector_looked(meta: FrameMeta | None, uid: int | None) -> bool:
+        """False on frames the detector skipped: no producer record (pooled buffers may keep an empty meta)."""
+        if meta is None:
+            return False
+        if uid is not None:
+            return uid in meta.inferred_by
+        return bool(meta.inferred_by) or len(meta.dets) > 0
+
+    def _dets(self, meta: FrameMeta) -> Detections:
+        """Relabel per-buffer label indices into this element's stable label table (for per-class matching)."""
+        import torch
+
+        table = [self._labels.setdefault(name, len(self._labels)) for name in meta.label_names]
+        labels = torch.tensor(table, dtype=torch.int64)[meta.dets.labels] if table else meta.dets.labels
+        return replace(meta.dets, labels=labels)
+
+    def _write_tracked(self, buf: Gst.Buffer, od_ids: tuple[int, ...], result: TrackResult) -> None:
+        from inferstream.meta.gstanalytics import TrackRecord, write_tracks
+
+        records = [TrackRecord(od_ids[t.row], t.track_id, t.first_seen_ns, t.last_seen_ns, False)
+                   for t in result.tracks if not t.predicted]
+        write_tracks(buf, records)
+
+    def _write_predicted(self, buf: Gst.Buffer, result: TrackResult) -> None:
+        if len(result.predicted) == 0:
+            return
+        from inferstream.meta.gstanalytics import (TrackRecord, label_quarks, producer_quark, write_detections,
+                                                   write_tracks)
+
+        names = sorted(self._labels, key=self._labels.get)
+        ids = write_detections(buf, result.predicted, label_quarks(names) or label_quarks(["object"]),
+                               producer_quark(self.unique_id))
+        records = [TrackRecord(ids[t.row], t.track_id, t.first_seen_ns, t.last_seen_ns, t.lost)
+                   for t in result.tracks if t.predicted]
+        write_tracks(buf, records)
+
+
+GObject.type_register(PyTracker)
