@@ -77,3 +77,7 @@ def only_red_postprocess(outputs: list[torch.Tensor], params: object) -> list:
         rows = rows[(rows[:, 5] == 0) & (rows[:, 4] > 0.5)]
         out.append(Detections(boxes_xyxy=rows[:, :4].float(), scores=rows[:, 4].float(), labels=rows[:, 5].long()))
     return out
+
+
+def third_blob_detector() -> nn.Module:
+    return ColorBlobDetector(6).eval()

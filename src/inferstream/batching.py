@@ -67,6 +67,10 @@ class BatchGroup:
         self._run_lock = threading.Lock()
 
     # membership -------------------------------------------------------------------------------------------
+    @property
+    def members(self) -> int:
+        return self._members
+
     def join(self) -> None:
         with self._cond:
             self._members += 1

@@ -118,13 +118,15 @@ class Detector:
             batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype)
             per_frame = self.decoder(self.backend(batch), params or self.cfg.params)
             counts = [len(d) for d in per_frame]
-            rows = torch.repeat_interleave(torch.arange(len(frames), device=lb.scale.device),
-                                           torch.tensor(counts, device=lb.scale.device))
-            merged = Detections.merge(per_frame)
-            boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale[rows, None], lb.pad_x[rows, None],
-                                     lb.pad_y[rows, None])
+            device = lb.scale_x.device
+            rows = torch.repeat_interleave(torch.arange(len(frames), device=device),
+                                           torch.tensor(counts, device=device))
+            merged = Detections.merge(per_frame).to(device)
+            # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
+            boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[rows, None], lb.scale_y[rows, None],
+                                     lb.pad_x[rows, None], lb.pad_y[rows, None])
             if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
-                sizes = torch.tensor([[f.height, f.width] for f in frames], device=boxes.device)[rows]
+                sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32, device=device)[rows]
                 boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
             merged = replace(merged, boxes_xyxy=boxes).to("cpu")
             return merged.split(counts)

@@ -19,6 +19,7 @@ from gi.repository import GLib, GObject, Gst, GstBase, GstVideo  # noqa: E402
 from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._caps import system_video_caps, video_templates  # noqa: E402
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
+from inferstream.elements._stream import stream_info_event  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
 
 if TYPE_CHECKING:
@@ -95,6 +96,11 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                                20.0, 0.0, 10000.0)
     interval = props.integer("Interval", "Frames to skip between inferences, per stream (as nvinfer's interval): "
                              "0 infers every frame", 0, 0, 10000)
+    stream_id = props.string("Stream id", "Name of this instance's stream, sent downstream in the sticky "
+                             "inferstream/stream-info event; empty: the stream-start event's stream-id")
+    source_id = props.integer("Source id", "Number of this instance's stream (as DeepStream's source_id), sent "
+                              "downstream with the stream-id; -1: its position in the batch-group", -1, -1,
+                              2**31 - 1)
     unique_id = props.integer("Unique id", "Producer id recorded with each detection (as nvinfer's "
                               "gie-unique-id)", 1, 0, 2**31 - 1)
 
@@ -114,6 +120,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._quarks: dict[tuple[str, ...], list[int]] = {}
         self._producer = 0
         self._frame_index = 0
+        self._source_id = 0
         self._skip = 0
         self._swap_lock = threading.Lock()
         self._swap_generation = 0
@@ -179,6 +186,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             cfg = self._config(self.model)
             name = self.batch_group or f"{self.get_name()}@{id(self):x}"
             self._group = acquire_group(name, cfg, self.batch_size, self.max_latency / 1000.0)
+            self._source_id = self.source_id if self.source_id >= 0 else self._group.members - 1
         except Exception as exc:  # the C boundary: report, refuse to start
             post_error(self, exc, f"cannot load model {self.model!r}")
             return False
@@ -206,9 +214,14 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         if self._group is not None:
             if event.type == Gst.EventType.EOS:
                 self._group.leave_stream()
-            elif event.type == Gst.EventType.FLUSH_STOP or event.type == Gst.EventType.STREAM_START:
+            elif event.type == Gst.EventType.FLUSH_STOP:
                 self._frame_index = 0
-        return GstBase.BaseTransform.do_sink_event(self, event)
+        forwarded = GstBase.BaseTransform.do_sink_event(self, event)
+        if event.type == Gst.EventType.STREAM_START:
+            self._frame_index = 0
+            stream_id = self.stream_id or event.parse_stream_start() or self.get_name()
+            self.srcpad.push_event(stream_info_event(stream_id, self._source_id))
+        return forwarded
 
     # streaming ----------------------------------------------------------------------------------------------
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
