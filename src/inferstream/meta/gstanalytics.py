@@ -59,9 +59,9 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int], p
         producer: the quark from ``producer_quark`` or None to not record the producer.
     """
     rmeta = relation_meta(buf)
-    x1y1 = dets.boxes_xyxy[:, :2]
-    wh = dets.boxes_xyxy[:, 2:] - x1y1
-    xywh = zip(x1y1.round().int().tolist(), wh.round().int().tolist())
+    # ODMtd holds whole pixels: round the edges (not x and w separately) so each edge is off by at most 0.5 px
+    edges = dets.boxes_xyxy.round()
+    xywh = zip(edges[:, :2].int().tolist(), (edges[:, 2:] - edges[:, :2]).int().tolist())
     scores, labels = dets.scores.tolist(), dets.labels.tolist()
     ids: list[int] = []
     if dets.angles_rad is None:

@@ -1,0 +1,219 @@
+"""One entry point from a model spec to a running Backend (house rule R9).
+
+A spec is a file path or a ``package.module:factory`` (or ``path/to/file.py:factory``) naming the user's own
+PyTorch code. The file suffix picks the runtime through ``_BY_SUFFIX``; each runtime module is imported only when
+chosen, so a pipeline that runs ONNX never imports the torch-checkpoint machinery and vice versa, and a missing
+optional runtime only fails the models that need it.
+
+The helpers at the bottom turn the metadata ultralytics embeds in its exports (ONNX ``custom_metadata_map``,
+TorchScript ``config.txt``) into ModelInfo; they live here because both runtimes read the same keys.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from inferstream.backends.base import ModelInfo
+from inferstream.errors import ConfigError, ModelNotFoundError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    import torch
+
+    from inferstream.backends.base import Backend
+
+# runtime name -> "module:class"; the class offers ``load(path, *, device, precision, trust_checkpoint)``.
+_RUNTIMES: Final[dict[str, str]] = {
+    "torch": "inferstream.backends.torch_backend:TorchBackend",
+    "onnxruntime": "inferstream.backends.onnxrt:OnnxRuntimeBackend",
+}
+# file suffix (lower case) -> runtime name.
+_BY_SUFFIX: Final[dict[str, str]] = {
+    ".onnx": "onnxruntime",
+    ".pt": "torch",
+    ".pth": "torch",
+    ".torchscript": "torch",
+}
+_BACKEND_CHOICES: Final = ("auto", *_RUNTIMES)
+_PRECISIONS: Final = ("auto", "fp32", "fp16")
+# ``pkg.mod:attr`` or ``some/file.py:attr``; a spec naming an existing file is always a file, never a factory.
+_FACTORY_RE: Final = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|.+\.py):(?P<attr>[A-Za-z_][\w.]*)$")
+
+
+def load_backend(
+    spec: str,
+    *,
+    device: str = "cpu",
+    precision: str = "auto",
+    backend: str = "auto",
+    trust_checkpoint: bool = False,
+) -> Backend:
+    """Load a model and return it ready to run on ``device``.
+
+    Args:
+        spec: a model file (``.onnx`` runs on onnxruntime; ``.pt``/``.pth``/``.torchscript`` on torch) or a
+            factory ``package.module:callable`` / ``path/to/file.py:callable`` that returns a ``torch.nn.Module``
+            or any callable taking the ``Tensor[B, 3, H, W]`` batch.
+        device: torch device string ("cpu", "cuda", "cuda:1").
+        precision: "auto" (fp16 on CUDA, fp32 on CPU), "fp32" or "fp16". An ONNX file's precision is fixed by the
+            file: "auto" follows it and a contradicting explicit choice is refused.
+        backend: "auto" (by suffix), "torch" or "onnxruntime" to force a runtime whatever the suffix says.
+        trust_checkpoint: allow full unpickling of a torch checkpoint (runs code named by the file; see
+            ``torch_backend``). Needed for ultralytics ``.pt`` files.
+
+    Returns:
+        A Backend whose ``info`` carries what the model file says about itself.
+
+    Raises:
+        ConfigError: an unknown backend/precision/device name, or a combination that cannot work.
+        ModelNotFoundError: the file does not exist or cannot be read; the factory's module or callable is missing.
+        UnsupportedModelError: the file is not a model the chosen runtime can read.
+        BackendInitError: the runtime (or an optional extra it needs) failed to initialise the model.
+    """
+    if backend not in _BACKEND_CHOICES:
+        raise ConfigError(f"backend={backend!r} is not one of {', '.join(_BACKEND_CHOICES)}")
+    if precision not in _PRECISIONS:
+        raise ConfigError(f"precision={precision!r} is not one of {', '.join(_PRECISIONS)}")
+    dev = _parse_device(device)
+    path = Path(spec).expanduser()
+    if not path.exists() and (match := _FACTORY_RE.match(spec)):
+        if backend == "onnxruntime":
+            raise ConfigError(f"{spec!r} is a Python factory, which only the torch backend can run; "
+                              "use backend=auto or backend=torch")
+        made: Backend = _runtime_class("torch").from_factory(match["module"], match["attr"], device=dev,
+                                                             precision=precision)
+        return made
+    _check_readable(path)
+    runtime = backend if backend != "auto" else _BY_SUFFIX.get(path.suffix.lower())
+    if runtime is None:
+        raise UnsupportedModelError(
+            f"{path}: no backend for suffix {path.suffix!r}; known suffixes: {', '.join(sorted(_BY_SUFFIX))} "
+            "(or force one with backend=torch|onnxruntime)")
+    loaded: Backend = _runtime_class(runtime).load(path, device=dev, precision=precision,
+                                                   trust_checkpoint=trust_checkpoint)
+    return loaded
+
+
+def _runtime_class(runtime: str) -> Any:
+    """Import one runtime's module on demand and return its backend class."""
+    module, _, cls = _RUNTIMES[runtime].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _parse_device(device: str) -> torch.device:
+    """Validate the device string once, here, so every backend gets a ``torch.device`` it can trust."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"device={device!r} is not a torch device name (try 'cpu', 'cuda' or 'cuda:0')") from e
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device!r} but torch sees no CUDA device; use device=cpu")
+        index = torch.cuda.current_device() if dev.index is None else dev.index
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) exist")
+        dev = torch.device("cuda", index)  # pin the index: IO binding and streams need a concrete device
+    elif dev.type != "cpu":
+        raise ConfigError(f"device={device!r}: only cpu and cuda devices are supported")
+    return dev
+
+
+def _check_readable(path: Path) -> None:
+    """Fail early with the path in the message, before a runtime reports it less clearly."""
+    if not path.exists():
+        raise ModelNotFoundError(f"model file not found: {path} (a factory spec looks like 'package.module:fn')")
+    if path.is_dir():
+        raise ModelNotFoundError(f"model path is a directory, not a file: {path}")
+    if not os.access(path, os.R_OK):
+        raise ModelNotFoundError(f"model file is not readable (check permissions): {path}")
+
+
+# --- ultralytics export metadata -> ModelInfo (shared by TorchScript config.txt and ONNX metadata) ------------
+
+
+def names_tuple(names: object) -> tuple[str, ...] | None:
+    """Class labels as a tuple indexed by class id.
+
+    Args:
+        names: ``{0: "person", ...}`` (int or numeric-string keys, as JSON writes them) or a list of labels.
+
+    Returns:
+        The labels in class-id order (a gap in the ids is filled with the id as text), or None when ``names`` is
+        neither form.
+    """
+    if isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names):
+        return tuple(names)
+    if isinstance(names, Mapping) and names:
+        try:
+            by_id = {int(k): str(v) for k, v in names.items()}
+        except (TypeError, ValueError):
+            return None
+        if min(by_id) < 0:
+            return None
+        return tuple(by_id.get(i, str(i)) for i in range(max(by_id) + 1))
+    return None
+
+
+def size_hw(imgsz: object) -> tuple[int, int] | None:
+    """``640`` or ``[640, 480]`` (ultralytics writes (h, w)) as ``(h, w)``; None for anything else."""
+    if isinstance(imgsz, int) and not isinstance(imgsz, bool) and imgsz > 0:
+        return imgsz, imgsz
+    if isinstance(imgsz, (list, tuple)) and len(imgsz) == 2 and all(isinstance(v, int) and v > 0 for v in imgsz):
+        return int(imgsz[0]), int(imgsz[1])
+    return None
+
+
+def info_from_export_metadata(
+    meta: Mapping[str, object],
+    *,
+    input_size: tuple[int, int] | None = None,
+    export_size_is_fixed: bool = False,
+    static_batch: int | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> ModelInfo:
+    """Build ModelInfo from ultralytics-style export metadata (values already parsed to Python objects).
+
+    ``input_size`` is only set when the model cannot take another size (ModelInfo's contract); the size it was
+    trained or exported at is always kept as ``extra["imgsz"]`` (``"[h, w]"``), the natural default for a model
+    that takes any size.
+
+    ``end2end`` comes from the ``end2end`` key (ultralytics >= 8.4 writes it); without it, an export whose args
+    say ``nms: True`` carries NMS in the graph and so emits final detections; any other ultralytics export
+    (it has ``args``) is raw; a file with neither says nothing (None).
+
+    Args:
+        meta: keys such as ``names``, ``imgsz``, ``task``, ``end2end``, ``args``, ``stride``.
+        input_size: (h, w) fixed by the graph itself.
+        export_size_is_fixed: the metadata's ``imgsz`` is binding (e.g. a trace that baked its anchor grid).
+        static_batch: batch size fixed by the graph, if any.
+        extra: further string facts to keep (output names, raw metadata).
+
+    Returns:
+        The ModelInfo; ``extra`` also holds ``imgsz`` and ``stride`` when the metadata gives them.
+    """
+    end2end: bool | None = None
+    args = meta.get("args")
+    if isinstance(meta.get("end2end"), bool):
+        end2end = bool(meta["end2end"])
+    elif isinstance(args, Mapping):
+        end2end = args.get("nms") is True
+    task = meta.get("task")
+    imgsz = size_hw(meta.get("imgsz"))
+    facts = dict(extra or {})
+    if imgsz is not None:
+        facts["imgsz"] = f"[{imgsz[0]}, {imgsz[1]}]"
+    if "stride" in meta:
+        facts["stride"] = str(meta["stride"])
+    return ModelInfo(
+        input_size=input_size or (imgsz if export_size_is_fixed else None),
+        names=names_tuple(meta.get("names")),
+        task=task if isinstance(task, str) else None,
+        end2end=end2end,
+        static_batch=static_batch,
+        extra=facts,
+    )

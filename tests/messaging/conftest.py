@@ -1,0 +1,72 @@
+"""Fixtures: real brokers (skipped only when the server binary is missing) and test subscribers."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # msg_servers.py / msg_subscribers.py next to this file
+try:
+    import inferstream  # noqa: F401
+except ImportError:  # running from a checkout without an installed package
+    sys.path.insert(0, str(Path(__file__).parents[2] / "src"))
+
+from msg_servers import BINARIES, SERVERS, BrokerServer
+
+_BINARY_NAMES = {"mqtt": "mosquitto", "redis": "redis-server", "amqp": "rabbitmq-server (+ epmd)"}
+
+
+def _server(proto: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
+    if BINARIES[proto] is None:
+        pytest.skip(f"{proto}: {_BINARY_NAMES[proto]} not installed")
+    server = SERVERS[proto](tmp_path_factory.mktemp(f"{proto}-server"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def mqtt_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
+    yield from _server("mqtt", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
+    yield from _server("redis", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def amqp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
+    yield from _server("amqp", tmp_path_factory)
+
+
+@pytest.fixture
+def server_for(request: pytest.FixtureRequest) -> Callable[[str], BrokerServer]:
+    """``server_for("redis")`` -> the session's server of that protocol (started lazily)."""
+
+    def get(proto: str) -> BrokerServer:
+        server: BrokerServer = request.getfixturevalue(f"{proto}_server")
+        return server
+
+    return get
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path) -> Iterator[Callable[[str], BrokerServer]]:
+    """A private, not yet started server (for tests that stop it or need it down first)."""
+    made: list[BrokerServer] = []
+
+    def make(proto: str) -> BrokerServer:
+        if BINARIES[proto] is None:
+            pytest.skip(f"{proto}: {_BINARY_NAMES[proto]} not installed")
+        server = SERVERS[proto](tmp_path / f"{proto}-{len(made)}")
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.close()

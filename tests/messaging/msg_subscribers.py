@@ -1,0 +1,80 @@
+"""Test subscribers: what a consumer of each broker would see, as a list of payloads in arrival order."""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pika
+import redis
+from paho.mqtt.enums import CallbackAPIVersion
+
+
+class MqttSubscriber:
+    """QoS-1 subscriber with a persistent session (clean_session=False): messages published while it is cut off
+    (broker restart) are queued for it by the broker and delivered when it reconnects."""
+
+    def __init__(self, port: int, topic: str) -> None:
+        self.messages: list[bytes] = []
+        self._cond = threading.Condition()
+        self._subscribed = threading.Event()
+        self._topic = topic
+        self._client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"sub-{uuid.uuid4().hex[:10]}",
+                                   clean_session=False)
+        self._client.reconnect_delay_set(0.1, 0.5)
+        self._client.on_connect = self._on_connect
+        self._client.on_message = self._on_message
+        self._client.on_subscribe = lambda *a: self._subscribed.set()
+        self._client.connect("127.0.0.1", port, keepalive=5)
+        self._client.loop_start()
+        if not self._subscribed.wait(10):
+            raise RuntimeError("MQTT subscriber could not subscribe")
+
+    def _on_connect(self, client: mqtt.Client, *_: Any) -> None:
+        client.subscribe(self._topic, qos=1)
+
+    def _on_message(self, _c: mqtt.Client, _u: object, msg: mqtt.MQTTMessage) -> None:
+        with self._cond:
+            self.messages.append(msg.payload)
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Any, timeout: float) -> list[bytes]:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate(self.messages) and time.monotonic() < deadline:
+                self._cond.wait(0.1)
+            return list(self.messages)
+
+    def close(self) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+
+def redis_read_all(port: int, stream: str, payload_key: str = "metadata") -> list[bytes]:
+    """Every entry of the stream, in stream order."""
+    r = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        return [fields[payload_key.encode()] for _id, fields in r.xrange(stream)]
+    finally:
+        r.close()
+
+
+def amqp_read_all(port: int, queue: str, idle: float = 1.0) -> list[bytes]:
+    """Consume the durable queue until it stays empty for ``idle`` seconds (acks each message)."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    out: list[bytes] = []
+    try:
+        ch = conn.channel()
+        last = time.monotonic()
+        while time.monotonic() - last < idle:
+            method, _props, body = ch.basic_get(queue, auto_ack=True)
+            if method is None:
+                time.sleep(0.05)
+                continue
+            out.append(body)
+            last = time.monotonic()
+    finally:
+        conn.close()
+    return out
