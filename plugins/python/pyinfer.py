@@ -1,7 +1,10 @@
 """gst-python plugin entry for pyinfer (the loader imports this at scan time: no heavy imports)."""
-from gi.repository import Gst
+import gi
 
-from inferstream.elements.pyinfer import PyInfer
+gi.require_version("Gst", "1.0")
+from gi.repository import Gst  # noqa: E402
+
+from inferstream.elements.pyinfer import PyInfer  # noqa: E402
 
 Gst.init_python()
 __gstelementfactory__ = ("pyinfer", Gst.Rank.NONE, PyInfer)

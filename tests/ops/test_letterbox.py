@@ -1,0 +1,165 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from _reference import DEVICES, bgr_frame, bus_bgr, ultralytics, ultralytics_input
+
+from inferstream.frames.raw import RawFrame
+from inferstream.ops.letterbox import (
+    clip_xyxy,
+    letterbox_geometry,
+    preprocess_batch,
+    unletterbox_cxcywh,
+    unletterbox_xyxy,
+)
+
+FRAME_SIZES = [(1080, 810), (301, 523), (480, 640), (720, 1280), (1, 3000), (3000, 1), (641, 639), (100, 100)]
+INPUT_SIZES = [(640, 640), (320, 480), (384, 640), (33, 17)]
+
+
+@pytest.mark.parametrize("frame_hw", FRAME_SIZES)
+@pytest.mark.parametrize("size_hw", INPUT_SIZES)
+def test_letterbox_geometry_matches_ultralytics(frame_hw: tuple[int, int], size_hw: tuple[int, int]) -> None:
+    ultralytics()
+    from ultralytics.data.augment import LetterBox
+
+    p = LetterBox(size_hw, auto=False).get_params({"img": np.zeros((*frame_hw, 3), np.uint8)})
+    new_h, new_w, top, left = letterbox_geometry(frame_hw, size_hw)
+    assert (new_w, new_h, top, left) == (*p["new_unpad"], p["top"], p["left"])
+    assert (top + new_h + p["bottom"], left + new_w + p["right"]) == size_hw
+
+
+CROPS = [(slice(None), slice(None)), (slice(0, 301), slice(0, 523)), (slice(5, 45), slice(0, 800))]
+
+
+@pytest.mark.parametrize("crop", CROPS)
+@pytest.mark.parametrize("size_hw", [(640, 640), (320, 480)])
+def test_preprocess_batch_matches_ultralytics_letterbox(crop: tuple[slice, slice], size_hw: tuple[int, int]) -> None:
+    img = np.ascontiguousarray(bus_bgr()[crop])
+    ours, _ = preprocess_batch([bgr_frame(img)], size_hw, "cpu", torch.float32)
+    diff = (ours - ultralytics_input(img, size_hw)).abs() * 255
+    if letterbox_geometry(img.shape[:2], size_hw)[0] <= img.shape[0]:  # downscaled: cv2's arithmetic exactly
+        assert diff.max() < 1e-3
+    else:  # upscaled: cv2 ends some rows with its scalar kernel, one level apart from the SIMD one we mirror
+        assert diff.max() < 1 + 1e-3 and (diff > 1e-3).float().mean() < 1e-3
+
+
+def test_preprocess_batch_mixes_sizes_and_formats() -> None:
+    img = bus_bgr()
+    small = np.ascontiguousarray(img[200:500, 100:700])
+    rgba = np.concatenate([small[..., ::-1], np.full((*small.shape[:2], 1), 255, np.uint8)], -1)
+    frames = [bgr_frame(img), RawFrame("RGBA", 600, 300, (torch.from_numpy(rgba),)), bgr_frame(small), bgr_frame(img)]
+    batch, lb = preprocess_batch(frames, (320, 320), "cpu", torch.float32)
+    assert batch.shape == (4, 3, 320, 320) and batch.dtype == torch.float32
+    for i, f in enumerate(frames):
+        alone, lb1 = preprocess_batch([f], (320, 320), "cpu", torch.float32)
+        torch.testing.assert_close(batch[i], alone[0])
+        for name in ("scale_x", "scale_y", "pad_x", "pad_y"):
+            assert getattr(lb, name)[i] == getattr(lb1, name)[0]
+    torch.testing.assert_close(batch[1], batch[2])  # same pixels, RGBA and BGR
+    assert lb.pad_x.tolist() == [40.0, 0.0, 0.0, 40.0] and lb.pad_y.tolist() == [0.0, 80.0, 80.0, 0.0]
+    torch.testing.assert_close(lb.scale_x, torch.tensor([240 / 810, 320 / 600, 320 / 600, 240 / 810]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_preprocess_batch_gives_the_same_pixels_on_every_device(device: str) -> None:
+    img = bus_bgr()
+    g = np.random.default_rng(0)
+    y, u, v = g.integers(0, 256, (480, 640), np.uint8), *(g.integers(0, 256, (240, 320), np.uint8) for _ in "uv")
+    nv12 = RawFrame("NV12", 640, 480, (torch.from_numpy(y), torch.from_numpy(np.stack([u, v], -1))), "bt709")
+    i420 = RawFrame("I420", 640, 480, tuple(torch.from_numpy(p) for p in (y, u, v)), "bt601", True)
+    frames = [bgr_frame(img), nv12, bgr_frame(np.ascontiguousarray(img[:100, :300])), i420]
+    ref, ref_lb = preprocess_batch(frames, (320, 480), "cpu", torch.float32)
+    out, lb = preprocess_batch(frames, (320, 480), device, torch.float32)
+    assert out.device.type == device and lb.scale_x.device.type == device
+    torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=0)
+    torch.testing.assert_close(lb.pad_y.cpu(), ref_lb.pad_y)
+
+
+def test_preprocess_batch_pads_with_114_and_casts_to_dtype() -> None:
+    frame = RawFrame("RGB", 8, 4, (torch.zeros(4, 8, 3, dtype=torch.uint8),))
+    batch, lb = preprocess_batch([frame], (16, 16), "cpu", torch.float16)
+    assert batch.dtype == torch.float16 and (lb.pad_y.item(), lb.pad_x.item()) == (4.0, 0.0)
+    assert torch.all(batch[0, :, :4] == torch.tensor(114 / 255, dtype=torch.float16))
+    assert torch.all(batch[0, :, 4:12] == 0) and torch.all(batch[0, :, 12:] == torch.tensor(114 / 255).half())
+
+
+def test_unletterbox_xyxy_and_clip_match_ultralytics_scale_boxes() -> None:
+    ultralytics()
+    from ultralytics.utils.ops import scale_boxes
+
+    g = torch.Generator().manual_seed(0)
+    boxes = torch.rand(64, 4, generator=g) * 680 - 20
+    boxes = torch.cat((boxes[:, :2], boxes[:, :2] + torch.rand(64, 2, generator=g) * 200), 1)
+    for frame_hw in [(1080, 810), (301, 523), (767, 575), (1, 3000)]:
+        new_h, new_w, top, left = letterbox_geometry(frame_hw, (640, 640))
+        sx, sy = new_w / frame_hw[1], new_h / frame_hw[0]
+        ours = clip_xyxy(unletterbox_xyxy(boxes, sx, sy, left, top), *frame_hw)
+        torch.testing.assert_close(ours, scale_boxes((640, 640), boxes.clone(), frame_hw))
+
+
+def test_unletterbox_cxcywh_matches_ultralytics_scale_boxes_xywh() -> None:
+    ultralytics()
+    from ultralytics.utils.ops import scale_boxes
+
+    boxes = torch.rand(32, 4, generator=torch.Generator().manual_seed(1)) * 300 + 10
+    new_h, new_w, top, left = letterbox_geometry((301, 523), (640, 640))
+    ours = unletterbox_cxcywh(boxes, new_w / 523, new_h / 301, left, top)
+    torch.testing.assert_close(ours, scale_boxes((640, 640), boxes.clone(), (301, 523), xywh=True))
+
+
+def test_unletterbox_xyxy_takes_one_transform_per_box() -> None:
+    frames = [RawFrame("RGB", w, h, (torch.zeros(h, w, 3, dtype=torch.uint8),)) for h, w in [(100, 200), (300, 100)]]
+    _, lb = preprocess_batch(frames, (64, 64), "cpu", torch.float32)
+    rows = torch.tensor([0, 1, 1])
+    boxes = torch.tensor([[0.0, 16.0, 64.0, 48.0], [21.0, 0.0, 42.0, 64.0], [31.5, 32.0, 31.5, 32.0]])
+    out = unletterbox_xyxy(boxes, lb.scale_x[rows, None], lb.scale_y[rows, None], lb.pad_x[rows, None],
+                           lb.pad_y[rows, None])  # fmt: skip
+    torch.testing.assert_close(out, torch.tensor([[0.0, 0.0, 200.0, 100.0], [0.0, 0.0, 100.0, 300.0],
+                                                  [50.0, 150.0, 50.0, 150.0]]))  # fmt: skip
+
+
+def test_clip_xyxy_clamps_to_each_boxs_frame() -> None:
+    boxes = torch.tensor([[-5.0, -5.0, 500.0, 500.0], [10.0, 20.0, 30.0, 40.0]])
+    out = clip_xyxy(boxes, torch.tensor([[100.0], [25.0]]), torch.tensor([[200.0], [25.0]]))
+    assert out.tolist() == [[0.0, 0.0, 200.0, 100.0], [10.0, 20.0, 25.0, 25.0]]
+
+
+def test_preprocess_batch_rejects_no_frames() -> None:
+    with pytest.raises(ValueError, match="frames: expected at least one frame, got none"):
+        preprocess_batch([], (640, 640), "cpu", torch.float32)
+
+
+def test_preprocess_batch_rejects_a_bad_size() -> None:
+    frame = RawFrame("RGB", 8, 4, (torch.zeros(4, 8, 3, dtype=torch.uint8),))
+    with pytest.raises(ValueError, match=r"size_hw: expected \(height, width\) as two positive ints, got \(640, 0\)"):
+        preprocess_batch([frame], (640, 0), "cpu", torch.float32)
+
+
+def test_preprocess_batch_rejects_an_integer_dtype() -> None:
+    frame = RawFrame("RGB", 8, 4, (torch.zeros(4, 8, 3, dtype=torch.uint8),))
+    with pytest.raises(ValueError, match="dtype: expected a floating dtype, got torch.uint8"):
+        preprocess_batch([frame], (16, 16), "cpu", torch.uint8)
+
+
+def test_letterbox_geometry_rejects_a_bad_frame_size() -> None:
+    with pytest.raises(ValueError, match=r"frame_hw: expected \(height, width\) as two positive ints, got \(0, 5\)"):
+        letterbox_geometry((0, 5), (640, 640))
+
+
+@pytest.mark.parametrize("fn", [unletterbox_xyxy, unletterbox_cxcywh])
+def test_unletterbox_rejects_boxes_that_are_not_n_by_4(fn) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=r"boxes: expected a float Tensor\[N, 4\], got torch.float32 \(3, 5\)"):
+        fn(torch.zeros(3, 5), 1.0, 1.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("fn", [unletterbox_xyxy, unletterbox_cxcywh])
+def test_unletterbox_rejects_a_flat_per_box_tensor(fn) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=r"pad_x: expected a number or a Tensor\[3, 1\], got \(3,\)"):
+        fn(torch.zeros(3, 4), 1.0, 1.0, torch.zeros(3), 0.0)
+
+
+def test_clip_xyxy_rejects_integer_boxes() -> None:
+    with pytest.raises(ValueError, match=r"boxes: expected a float Tensor\[N, 4\], got torch.int64 \(2, 4\)"):
+        clip_xyxy(torch.zeros(2, 4, dtype=torch.int64), 10, 10)
