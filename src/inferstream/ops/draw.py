@@ -1,7 +1,8 @@
 """Draw boxes, rotated boxes and labels into a frame's planes in place (RGB-family, NV12, I420).
 
-Every primitive becomes a set of pixel coordinates built with tensor ops (no Python loop over pixels), and one
-``paint`` writes a colour there in whatever layout the frame has (for YUV: luma at full, chroma at half resolution).
+Every primitive is a rectangle of the frame, optionally with a small bool mask (glyphs, rotated edges), written
+through slices in whatever layout the frame has (for YUV: luma at full, chroma at half resolution). No Python loop
+over pixels, and no frame-sized temporaries.
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, Final
 
+import numpy as np
 import torch
 
 from inferstream.ops.font5x7 import GLYPH_H, GLYPH_W, GLYPHS
@@ -41,66 +43,70 @@ def _yuv(rgb: Color) -> Color:
             round(128 + 0.439 * r - 0.368 * g - 0.071 * b))
 
 
-def paint(frame: RawFrame, ys: Tensor, xs: Tensor, rgb: Color) -> None:
-    """Set the pixels (ys[i], xs[i]) of ``frame`` to ``rgb``; coordinates outside the frame are ignored.
+def fill_rect(frame: RawFrame, x1: int, y1: int, x2: int, y2: int, rgb: Color,
+              mask: Tensor | None = None) -> None:
+    """Fill [x1, x2) x [y1, y2) (clipped to the frame) with ``rgb``, through slices: no coordinate lists.
 
     Args:
-        frame: a frame whose planes are writable views.
-        ys, xs: int64 [K] pixel rows and columns.
-        rgb: 8-bit colour.
+        mask: optional bool [y2 - y1, x2 - x1]; only its True pixels are painted (text glyphs).
     """
-    inside = (ys >= 0) & (ys < frame.height) & (xs >= 0) & (xs < frame.width)
-    ys, xs = ys[inside], xs[inside]
+    cx1, cy1, cx2, cy2 = max(x1, 0), max(y1, 0), min(x2, frame.width), min(y2, frame.height)
+    if cx1 >= cx2 or cy1 >= cy2:
+        return
+    if mask is not None:
+        mask = mask[cy1 - y1:cy2 - y1, cx1 - x1:cx2 - x1]
     if frame.format in _RGB_INDEX:
-        plane = frame.planes[0]
-        idx = torch.tensor(_RGB_INDEX[frame.format], device=plane.device)
-        plane[ys[:, None], xs[:, None], idx[None, :]] = torch.tensor(rgb, dtype=torch.uint8, device=plane.device)
+        region = frame.planes[0][cy1:cy2, cx1:cx2]
+        for channel, value in zip(_RGB_INDEX[frame.format], rgb):
+            if mask is None:
+                region[..., channel] = value
+            else:
+                region[..., channel][mask] = value
         return
     y, u, v = _yuv(rgb)
-    frame.planes[0][ys, xs] = y
-    cy, cx = ys // 2, xs // 2
-    if frame.format == "NV12":
-        frame.planes[1][cy, cx] = torch.tensor((u, v), dtype=torch.uint8, device=frame.planes[1].device)
-    else:  # I420
-        frame.planes[1][cy, cx] = u
-        frame.planes[2][cy, cx] = v
+    luma = frame.planes[0][cy1:cy2, cx1:cx2]
+    if mask is None:
+        luma[...] = y
+    else:
+        luma[mask] = y
+    half = (slice(cy1 // 2, (cy2 + 1) // 2), slice(cx1 // 2, (cx2 + 1) // 2))
+    cmask = None if mask is None else mask[::2, ::2]
+    chroma = ((frame.planes[1][half][..., 0], u), (frame.planes[1][half][..., 1], v)) if frame.format == "NV12" \
+        else ((frame.planes[1][half], u), (frame.planes[2][half], v))
+    for plane, value in chroma:
+        if cmask is None:
+            plane[...] = value
+        else:
+            plane[: cmask.shape[0], : cmask.shape[1]][cmask] = value
 
 
-def _grid(y0: int, x0: int, h: int, w: int) -> tuple[Tensor, Tensor]:
-    ys = torch.arange(y0, y0 + max(h, 0)).repeat_interleave(max(w, 0))
-    xs = torch.arange(x0, x0 + max(w, 0)).repeat(max(h, 0))
-    return ys, xs
-
-
-def rect_outline(x1: int, y1: int, x2: int, y2: int, thickness: int) -> tuple[Tensor, Tensor]:
-    """Pixels of an axis-aligned box outline, ``thickness`` pixels wide, inside [x1, x2) x [y1, y2)."""
+def rect_outline(frame: RawFrame, x1: int, y1: int, x2: int, y2: int, thickness: int, rgb: Color) -> None:
+    """An axis-aligned box outline, ``thickness`` pixels wide, inside [x1, x2) x [y1, y2)."""
     t = max(1, min(thickness, (x2 - x1 + 1) // 2, (y2 - y1 + 1) // 2))
-    bands = [_grid(y1, x1, t, x2 - x1), _grid(y2 - t, x1, t, x2 - x1),
-             _grid(y1 + t, x1, y2 - y1 - 2 * t, t), _grid(y1 + t, x2 - t, y2 - y1 - 2 * t, t)]
-    return torch.cat([b[0] for b in bands]), torch.cat([b[1] for b in bands])
+    for bx1, by1, bx2, by2 in ((x1, y1, x2, y1 + t), (x1, y2 - t, x2, y2), (x1, y1, x1 + t, y2), (x2 - t, y1, x2, y2)):
+        fill_rect(frame, bx1, by1, bx2, by2, rgb)
 
 
-def filled_rect(x1: int, y1: int, x2: int, y2: int) -> tuple[Tensor, Tensor]:
-    return _grid(y1, x1, y2 - y1, x2 - x1)
-
-
-def rotated_corners(cx: float, cy: float, w: float, h: float, angle_rad: float) -> Tensor:
-    """Corners [4, 2] (x, y) of a w x h box centred at (cx, cy), rotated clockwise (image y down) by angle_rad."""
+def rotated_corners(cx: float, cy: float, w: float, h: float, angle_rad: float) -> np.ndarray:
+    """Corners float [4, 2] (x, y) of a w x h box centred at (cx, cy), rotated clockwise (image y down)."""
     c, s = math.cos(angle_rad), math.sin(angle_rad)
-    local = torch.tensor([[-w / 2, -h / 2], [w / 2, -h / 2], [w / 2, h / 2], [-w / 2, h / 2]])
-    rot = torch.tensor([[c, s], [-s, c]])  # row vectors: [x, y] @ rot = [x c - y s, x s + y c]
-    return local @ rot + torch.tensor([cx, cy])
+    local = np.array([[-w / 2, -h / 2], [w / 2, -h / 2], [w / 2, h / 2], [-w / 2, h / 2]])
+    rot = np.array([[c, s], [-s, c]])  # row vectors: [x, y] @ rot = [x c - y s, x s + y c]
+    return local @ rot + np.array([cx, cy])
 
 
-def polygon_outline(corners: Tensor, thickness: int) -> tuple[Tensor, Tensor]:
-    """Pixels of a closed polygon's edges; corners float [K, 2] (x, y)."""
-    start, end = corners, corners.roll(-1, dims=0)
-    n = int(torch.ceil((end - start).norm(dim=1).max()).item()) + 1
-    t = torch.linspace(0, 1, n)
+def polygon_outline(corners: np.ndarray, thickness: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel rows and columns (int64) of a closed polygon's edges; corners float [K, 2] (x, y).
+
+    numpy, not torch: a few thousand points per box are too few for intra-op threads to pay.
+    """
+    start, end = corners, np.roll(corners, -1, axis=0)
+    n = math.ceil(float(np.linalg.norm(end - start, axis=1).max())) + 1
+    t = np.linspace(0.0, 1.0, n)
     pts = start[:, None, :] + (end - start)[:, None, :] * t[None, :, None]  # [K, n, 2]
-    r = torch.arange(thickness) - (thickness - 1) // 2
-    offs = torch.stack(torch.meshgrid(r, r, indexing="ij"), dim=-1).reshape(-1, 2).float()  # [T*T, 2]
-    px = (pts.reshape(-1, 1, 2) + offs[None]).reshape(-1, 2).round().long()
+    r = np.arange(thickness) - (thickness - 1) // 2
+    offs = np.stack(np.meshgrid(r, r, indexing="ij"), axis=-1).reshape(-1, 2)  # [T*T, 2]
+    px = np.rint(pts.reshape(-1, 1, 2) + offs[None]).astype(np.int64).reshape(-1, 2)
     return px[:, 1], px[:, 0]
 
 
@@ -121,9 +127,8 @@ def draw_label(frame: RawFrame, text: str, x: int, y: int, scale: int, fg: Color
     h, w = mask.shape[0] + 2 * scale, mask.shape[1] + scale
     x = max(0, min(x, frame.width - w))
     y = max(h, min(y, frame.height))
-    paint(frame, *filled_rect(x, y - h, x + w, y), bg)
-    ty, tx = mask.nonzero(as_tuple=True)
-    paint(frame, ty + (y - h + scale), tx + (x + scale), fg)
+    fill_rect(frame, x, y - h, x + w, y, bg)
+    fill_rect(frame, x + scale, y - h + scale, x + scale + mask.shape[1], y - h + scale + mask.shape[0], fg, mask)
 
 
 def draw_detections(frame: RawFrame, boxes_xyxy: Tensor, angles_rad: Tensor | None, colors: list[Color],
@@ -141,9 +146,12 @@ def draw_detections(frame: RawFrame, boxes_xyxy: Tensor, angles_rad: Tensor | No
     for (x1, y1, x2, y2), angle, color, text in zip(boxes, angles, colors, texts):
         if angle:
             corners = rotated_corners((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, angle)
-            paint(frame, *polygon_outline(corners, thickness), color)
-            x1, y1 = int(corners[:, 0].min()), int(corners[:, 1].min())
+            ys, xs = polygon_outline(corners, thickness)
+            x1, y1 = int(xs.min()), int(ys.min())
+            mask = np.zeros((int(ys.max()) - y1 + 1, int(xs.max()) - x1 + 1), dtype=bool)
+            mask[ys - y1, xs - x1] = True  # rasterise into a small local mask, then paint through slices
+            fill_rect(frame, x1, y1, x1 + mask.shape[1], y1 + mask.shape[0], color, torch.from_numpy(mask))
         else:
-            paint(frame, *rect_outline(x1, y1, x2, y2, thickness), color)
+            rect_outline(frame, x1, y1, x2, y2, thickness, color)
         if text:
             draw_label(frame, text, x1, y1, font_scale, (255, 255, 255), color)
