@@ -1,0 +1,46 @@
+"""Python entry points mirroring the CLI: ``run`` a config, or get its gst-launch line."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from inferstream.app.runner import FrameHook, RunResult
+
+
+def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metrics_port: int | None = None,
+        eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (), interval_s: float = 2.0) -> RunResult:
+    """Validate ``config`` (a YAML file path or the same structure as a dict) and run it to the end.
+
+    Args:
+        config: path of a YAML config, or its content as a mapping.
+        console: ``quiet`` (summary only), ``plain``, ``rich`` or ``auto`` (as ``inferstream run --console``).
+        metrics_port: serve Prometheus text on 127.0.0.1:port while running (0: any free port).
+        eos_timeout_s: after Ctrl-C, how long streams may take to finish their files.
+        frame_hooks: ``fn(stream_id, frame_index, buffer)`` called on each frame after the last analytics element.
+        interval_s: seconds between two status lines of the plain console.
+
+    Returns:
+        The RunResult: exit code (0 done, 1 a stream failed, 130 interrupted), per-stream counts and errors, outputs.
+
+    Raises:
+        inferstream.app.config.ConfigFileError: the config is invalid (every problem with key path and line).
+        inferstream.app.runner.RunError: the pipeline could not be built or failed as a whole.
+    """
+    from inferstream.app.config import load_config
+    from inferstream.app.console import make_console
+    from inferstream.app.pipeline import build_plan
+    from inferstream.app.runner import Runner
+
+    plan = build_plan(load_config(config))
+    return Runner(plan, make_console(console, interval_s), metrics_port, eos_timeout_s, frame_hooks).run()
+
+
+def launch_line(config: Mapping[str, Any] | str | Path) -> str:
+    """The gst-launch-1.0 command line equivalent to ``config`` (what ``--print-pipeline`` prints)."""
+    from inferstream.app.config import load_config
+    from inferstream.app.pipeline import build_plan
+    from inferstream.app.pipeline import launch_line as line
+
+    return line(build_plan(load_config(config)))

@@ -1,0 +1,98 @@
+"""The ``inferstream`` command: run | demo | bench.
+
+Exit codes: 0 done; 1 a stream failed (or the run could not start); 2 invalid config or usage; 130 Ctrl-C.
+User errors print one readable message, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="inferstream", description="Video analytics pipelines from a YAML config.",
+                                 epilog="exit codes: 0 done, 1 a stream failed, 2 invalid config, 130 Ctrl-C")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def live_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port)")
+        p.add_argument("--console", choices=("auto", "rich", "plain", "quiet"), default="auto",
+                       help="live display: rich table on a terminal, plain lines, or only the summary")
+        p.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between plain lines")
+        p.add_argument("--eos-timeout", type=float, default=10.0, metavar="S",
+                       help="after Ctrl-C, how long the streams may take to finish their files")
+
+    run = sub.add_parser("run", help="run a pipeline config")
+    run.add_argument("config", type=Path, help="YAML config (see examples/)")
+    run.add_argument("--print-pipeline", action="store_true", help="print the gst-launch-1.0 line and exit")
+    live_options(run)
+
+    demo = sub.add_parser("demo", help="vtest.avi + person detector (+ tracker) + OSD -> MP4 and events.jsonl")
+    demo.add_argument("--frames", type=int, metavar="N", help="only the first N frames (default: the whole clip)")
+    demo.add_argument("--output", type=Path, default=Path("inferstream-demo"), metavar="DIR",
+                      help="where demo.mp4 and events.jsonl go (default: inferstream-demo)")
+    live_options(demo)
+
+    bench = sub.add_parser("bench", help="run the scripts in bench/ and print their tables")
+    bench.add_argument("--dir", type=Path, help="folder of benchmark scripts (default: the repository's bench/)")
+    bench.add_argument("--only", metavar="NAME", help="only scripts whose name contains NAME")
+    bench.add_argument("--out", type=Path, metavar="FILE", help="also write the markdown to FILE (BENCHMARKS.md)")
+    bench.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for every script (after --)")
+    return ap
+
+
+def _run(args: argparse.Namespace) -> int:
+    from inferstream.app.config import load_config
+    from inferstream.app.console import make_console
+    from inferstream.app.pipeline import build_plan, launch_line
+    from inferstream.app.runner import Runner
+
+    plan = build_plan(load_config(args.config))
+    if args.print_pipeline:
+        print(launch_line(plan))
+        return 0
+    console = make_console(args.console, args.interval)
+    return Runner(plan, console, args.metrics_port, args.eos_timeout).run().exit_code
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from inferstream.app.demo import demo
+
+    if args.frames is not None and args.frames < 1:
+        print("inferstream demo: --frames must be at least 1", file=sys.stderr)
+        return EXIT_CONFIG
+    return demo(args.frames, args.output, args.console, args.metrics_port, args.interval, args.eos_timeout)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from inferstream.app.bench import bench
+
+    extra = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
+    return bench(args.dir, args.out, args.only, extra)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from inferstream.app.config import ConfigFileError
+    from inferstream.errors import InferstreamError
+
+    try:
+        return {"run": _run, "demo": _demo, "bench": _bench}[args.command](args)
+    except ConfigFileError as exc:
+        print(f"inferstream: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (InferstreamError, FileNotFoundError) as exc:
+        print(f"inferstream: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("inferstream: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

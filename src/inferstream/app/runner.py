@@ -1,0 +1,388 @@
+"""Run a :class:`~inferstream.app.pipeline.Plan`: one bin per stream in one pipeline, a bus loop in the calling
+thread, per-stream error isolation, bounded EOS shutdown on SIGINT.
+
+A stream whose elements post an ERROR is reported and its bin removed (``on-stream-error: continue``) or the whole
+run is wound down (``stop``). Before the pipeline first reaches PLAYING a failed bin makes the whole state change
+fail, so the remaining streams are then restarted from NULL.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import gi
+
+gi.require_version("Gst", "1.0")
+from gi.repository import GLib, Gst  # noqa: E402
+
+from inferstream.app.console import Console, QuietConsole  # noqa: E402
+from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot  # noqa: E402
+from inferstream.app.pipeline import Plan, StreamPlan  # noqa: E402
+from inferstream.errors import InferstreamError  # noqa: E402
+
+if not Gst.is_initialized():
+    Gst.init(None)
+
+# (stream id, frame index within the stream, buffer leaving the last analytics element)
+FrameHook = Callable[[str, int, Gst.Buffer], None]
+TICK_NS: Final = 100 * Gst.MSECOND
+EXIT_OK, EXIT_STREAM_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+
+
+class RunError(InferstreamError):
+    """The run could not start or failed as a whole (not one stream)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a run ended: ``exit_code`` 0 (all streams done), 1 (a stream failed), 130 (interrupted)."""
+
+    exit_code: int
+    interrupted: bool
+    snapshot: Snapshot
+    outputs: dict[str, str]
+
+    @property
+    def frames(self) -> dict[str, int]:
+        return {s.id: s.frames for s in self.snapshot.streams}
+
+    @property
+    def errors(self) -> dict[str, str]:
+        return {s.id: s.error for s in self.snapshot.streams if s.error}
+
+
+class _Stream:
+    def __init__(self, plan: StreamPlan, bin_: Gst.Bin) -> None:
+        self.plan, self.bin = plan, bin_
+        self.counters = StreamCounters(plan.id, plan.total_frames, plan.live)
+        self.hook_index = 0
+        self.qos_dropped: dict[str, int] = {}
+        self.warnings: set[str] = set()
+        self.removed = False
+        self.duration_queries = 0
+
+
+class Runner:
+    def __init__(self, plan: Plan, console: Console | None = None, metrics_port: int | None = None,
+                 eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = ()) -> None:
+        self.plan = plan
+        self.console = console or QuietConsole()
+        self.metrics_port = metrics_port
+        self.eos_timeout_s = eos_timeout_s
+        self.frame_hooks = tuple(frame_hooks)
+        self.metrics: MetricsServer | None = None
+        self.pipeline = Gst.Pipeline.new("inferstream")
+        self.streams: dict[str, _Stream] = {}
+        self._interrupts = 0
+        self._eos_deadline: float | None = None
+        self._playing = False
+        self._restart = False
+        self._restarts = 0
+        self._stopping_for_error = False
+        self._batch: dict[str, float] = {}
+        self._started = time.monotonic()
+
+    # building ---------------------------------------------------------------------------------------------
+    def _build(self) -> None:
+        for name in self.plan.rank_boost:
+            if (factory := Gst.ElementFactory.find(name)) is not None:
+                factory.set_rank(Gst.Rank.PRIMARY + 256)
+        for sp in self.plan.streams:
+            if sp.output:
+                Path(sp.output).parent.mkdir(parents=True, exist_ok=True)
+            stream = self.streams[sp.id] = _Stream(sp, self._make_bin(sp))
+            self._attach(stream)
+
+    @staticmethod
+    def _make_bin(sp: StreamPlan) -> Gst.Bin:
+        try:
+            bin_ = Gst.parse_bin_from_description(sp.description, False)
+        except GLib.Error as exc:
+            raise RunError(f"stream {sp.id}: cannot build its pipeline: {exc.message}") from None
+        bin_.set_name(f"stream-{sp.id}")
+        return bin_
+
+    def _attach(self, stream: _Stream) -> None:
+        """Add the stream's bin to the pipeline with its probes (frame counter, hooks, EOS at each sink)."""
+        sp, bin_ = stream.plan, stream.bin
+        self.pipeline.add(bin_)
+        self._probe(bin_, sp.infer, Gst.PadProbeType.BUFFER, "src", self._on_frame(stream))
+        if self.frame_hooks:
+            self._probe(bin_, sp.last, Gst.PadProbeType.BUFFER, "src", self._on_hook(stream))
+        for sink in sp.sinks:
+            self._probe(bin_, sink, Gst.PadProbeType.EVENT_DOWNSTREAM, "sink", self._on_sink_event(stream, sink))
+
+    @staticmethod
+    def _probe(bin_: Gst.Bin, element: str, kind: Gst.PadProbeType, pad: str, fn: Callable) -> None:
+        found = bin_.get_by_name(element)
+        if found is None or found.get_static_pad(pad) is None:
+            raise RunError(f"internal: no {element}.{pad} in {bin_.get_name()}")
+        found.get_static_pad(pad).add_probe(kind, fn)
+
+    def _on_frame(self, stream: _Stream) -> Callable:
+        counters = stream.counters
+
+        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
+            pts = info.get_buffer().pts
+            counters.on_frame(None if pts == Gst.CLOCK_TIME_NONE else pts)
+            return Gst.PadProbeReturn.OK
+        return probe
+
+    def _on_hook(self, stream: _Stream) -> Callable:
+        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
+            index, stream.hook_index = stream.hook_index, stream.hook_index + 1
+            for hook in self.frame_hooks:
+                try:
+                    hook(stream.plan.id, index, info.get_buffer())
+                except Exception as exc:  # noqa: BLE001 (a hook must not take the stream down: say it once)
+                    key = f"frame hook failed: {exc!r}"
+                    if key not in stream.warnings:
+                        stream.warnings.add(key)
+                        print(f"stream {stream.plan.id}: {key}", flush=True)
+            return Gst.PadProbeReturn.OK
+        return probe
+
+    @staticmethod
+    def _on_sink_event(stream: _Stream, sink: str) -> Callable:
+        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
+            if info.get_event().type == Gst.EventType.EOS:
+                stream.counters.eos_sinks.add(sink)
+            return Gst.PadProbeReturn.OK
+        return probe
+
+    # running ----------------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        self._build()
+        if self.metrics_port is not None:
+            self.metrics = MetricsServer(self.metrics_port)
+            self.console.message(f"metrics: http://127.0.0.1:{self.metrics.port}/metrics")
+        previous = self._install_sigint()
+        try:
+            self._restart = self.pipeline.set_state(Gst.State.PLAYING) == Gst.StateChangeReturn.FAILURE
+            self._loop()
+        finally:
+            self._read_batch_stats()
+            self.pipeline.set_state(Gst.State.NULL)
+            self._drop_empty_outputs()
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            final = self._snapshot()
+            if self.metrics is not None:
+                self.metrics.publish(final)
+                self.metrics.close()
+            self.console.close(final)
+        failed = any(s.counters.status == "failed" for s in self.streams.values())
+        code = EXIT_INTERRUPTED if self._interrupts else EXIT_STREAM_FAILED if failed else EXIT_OK
+        outputs = {s.plan.id: s.plan.output for s in self.streams.values() if s.plan.output}
+        return RunResult(code, bool(self._interrupts), final, outputs)
+
+    def _install_sigint(self) -> Any:
+        """Count Ctrl-Cs instead of raising KeyboardInterrupt; returns the previous handler (None off the main
+        thread, where signals cannot be caught)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigint(_signum: int, _frame: object) -> None:
+            self._interrupts += 1
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        return signal.default_int_handler if previous is None else previous  # None: set from C, not restorable
+
+    def _loop(self) -> None:
+        bus = self.pipeline.get_bus()
+        while True:
+            msg = bus.timed_pop(TICK_NS)
+            while msg is not None:
+                self._handle(msg)
+                msg = bus.pop()
+            if self._restart:
+                self._restart_remaining()
+            if self._interrupts >= 2:
+                self.console.message("second Ctrl-C: stopping now (files may be incomplete)", error=True)
+                self._finish_all("stopped")
+                return
+            if self._interrupts and not self._started_flowing():
+                self.console.message("Ctrl-C before the pipeline started: stopping")
+                self._finish_all("stopped", "interrupted before it started")
+                return
+            if self._interrupts == 1 and self._eos_deadline is None:
+                self.console.message(f"Ctrl-C: finishing the streams (up to {self.eos_timeout_s:g} s; "
+                                     "Ctrl-C again to abort)")
+                self._send_eos()
+            self._update_statuses()
+            if all(s.counters.finished for s in self.streams.values()):
+                return
+            if self._eos_deadline is not None and time.monotonic() > self._eos_deadline:
+                self.console.message("streams did not finish in time after EOS: stopping", error=True)
+                self._finish_all("stopped", f"did not finish within {self.eos_timeout_s:g} s of EOS")
+                return
+            snap = self._snapshot()
+            self.console.update(snap)
+            if self.metrics is not None:
+                self.metrics.publish(snap)
+
+    def _started_flowing(self) -> bool:
+        """PLAYING reached, or frames already flow (a live pipeline whose encoder has not output yet)."""
+        return self._playing or any(s.counters.frames for s in self.streams.values())
+
+    def _live_streams(self) -> list[_Stream]:
+        return [s for s in self.streams.values() if not s.removed and not s.counters.finished]
+
+    def _update_statuses(self) -> None:
+        ended = "stopped" if self._interrupts or self._stopping_for_error else "done"
+        for s in self._live_streams():
+            c = s.counters
+            if c.eos_sinks.issuperset(s.plan.sinks):
+                c.finish(ended)
+            elif c.status == "starting" and c.frames:
+                c.status = "running"
+            if c.duration_ns is None and not s.plan.live and c.status == "running" and s.duration_queries < 30:
+                s.duration_queries += 1  # some sources never know their duration: stop asking after 3 s
+                self._query_duration(s)
+        self._read_batch_stats()
+
+    def _read_batch_stats(self) -> None:
+        """The primary batch-group's stats, from any pyinfer still in the pipeline (all share the group)."""
+        infer = next((s.bin.get_by_name(s.plan.infer) for s in self.streams.values() if not s.removed), None)
+        if infer is not None:
+            try:
+                self._batch = json.loads(infer.get_property("stats") or "{}") or self._batch
+            except (TypeError, ValueError):
+                pass
+
+    @staticmethod
+    def _query_duration(stream: _Stream) -> None:
+        entry = stream.bin.get_by_name(stream.plan.entry)
+        ok, duration = entry.get_static_pad("sink").peer_query_duration(Gst.Format.TIME)
+        if ok and duration > 0:
+            stream.counters.duration_ns = duration
+
+    def _snapshot(self) -> Snapshot:
+        return snapshot([s.counters for s in self.streams.values()], self._batch, self._started)
+
+    # bus messages -----------------------------------------------------------------------------------------
+    def _owner(self, obj: Gst.Object | None) -> tuple[str, _Stream | None]:
+        """Who posted: ("stream", its stream), ("pipeline", None) or ("gone", None) for a removed bin."""
+        while obj is not None and obj is not self.pipeline:
+            parent = obj.get_parent()
+            if parent is self.pipeline:
+                stream = self.streams.get(obj.get_name().removeprefix("stream-"))
+                return ("stream", stream) if stream is not None and not stream.removed else ("gone", None)
+            obj = parent
+        return ("pipeline", None) if obj is self.pipeline else ("gone", None)
+
+    def _handle(self, msg: Gst.Message) -> None:
+        kind = msg.type
+        if kind == Gst.MessageType.STATE_CHANGED and msg.src is self.pipeline:
+            _, new, _ = msg.parse_state_changed()
+            self._playing = self._playing or new == Gst.State.PLAYING
+        elif kind == Gst.MessageType.EOS:
+            for s in self._live_streams():
+                s.counters.eos_sinks.update(s.plan.sinks)
+        elif kind in (Gst.MessageType.ERROR, Gst.MessageType.WARNING, Gst.MessageType.QOS):
+            owner, stream = self._owner(msg.src)
+            if owner == "gone":
+                return  # from a bin already removed
+            if kind == Gst.MessageType.QOS:
+                if stream is not None:
+                    self._on_qos(stream, msg)
+            elif kind == Gst.MessageType.WARNING:
+                self._on_warning(stream, msg)
+            elif stream is None:
+                err, debug = msg.parse_error()
+                raise RunError(f"pipeline error: {err.message} ({_last_line(debug)})")
+            else:
+                self._on_stream_error(stream, msg)
+
+    @staticmethod
+    def _on_qos(stream: _Stream, msg: Gst.Message) -> None:
+        stream.counters.late += 1
+        _fmt, _processed, dropped = msg.parse_qos_stats()
+        if dropped >= 0:
+            stream.qos_dropped[msg.src.get_name()] = int(dropped)
+            stream.counters.dropped = sum(stream.qos_dropped.values())
+
+    def _on_warning(self, stream: _Stream | None, msg: Gst.Message) -> None:
+        err, _debug = msg.parse_warning()
+        text = f"{err.message}"
+        target = stream.warnings if stream else set()
+        if text not in target:
+            target.add(text)
+            who = f"stream {stream.plan.id}" if stream else "pipeline"
+            self.console.message(f"{who}: warning: {text}")
+
+    def _on_stream_error(self, stream: _Stream, msg: Gst.Message) -> None:
+        err, debug = msg.parse_error()
+        detail = _last_line(debug)
+        text = err.message + (f" ({detail})" if detail and detail not in err.message else "")
+        where = f"{stream.plan.kind} {stream.plan.target}"
+        stream.counters.finish("failed", text)
+        self.console.message(f"stream {stream.plan.id} ({where}) failed: {text}", error=True)
+        self._remove(stream)
+        # an error before PLAYING fails the pipeline's pending state change: nothing flows until a restart
+        start_failed = not self._playing and self.pipeline.get_state(0)[0] == Gst.StateChangeReturn.FAILURE
+        if self.plan.on_stream_error == "stop" and not self._stopping_for_error:
+            self.console.message("on-stream-error: stop: finishing the other streams", error=True)
+            self._stopping_for_error = True
+            if start_failed:
+                self._finish_all("stopped", f"not run: stream {stream.plan.id} failed (on-stream-error: stop)")
+            else:
+                self._send_eos()
+        elif start_failed:
+            self._restart = True
+
+    def _remove(self, stream: _Stream) -> None:
+        stream.removed = True
+        stream.bin.set_state(Gst.State.NULL)
+        self.pipeline.remove(stream.bin)
+
+    def _restart_remaining(self) -> None:
+        """Start the remaining streams again, in fresh bins: a bin that failed before PLAYING leaves the pipeline's
+        state change failed, and a used bin's decodebin would not relink its new pads (parse-launch links once)."""
+        self._restart = False
+        if not self._live_streams():
+            return
+        self._restarts += 1
+        if self._restarts > len(self.streams):
+            raise RunError("the pipeline failed to start and no stream reported why (run with GST_DEBUG=3)")
+        self.pipeline.set_state(Gst.State.NULL)
+        for s in self._live_streams():
+            self.pipeline.remove(s.bin)
+            s.bin = self._make_bin(s.plan)
+            self._attach(s)
+            s.counters.reset()
+            s.counters.status = "starting"
+            s.hook_index = 0
+        self._restart = self.pipeline.set_state(Gst.State.PLAYING) == Gst.StateChangeReturn.FAILURE
+
+    # stopping ---------------------------------------------------------------------------------------------
+    def _send_eos(self) -> None:
+        """EOS into each stream right after decoding, so inference, encoders and muxers finish their files."""
+        self._eos_deadline = time.monotonic() + self.eos_timeout_s
+        for s in self._live_streams():
+            pad = s.bin.get_by_name(s.plan.entry).get_static_pad("sink")
+            # send_event waits for the streaming thread's lock: never block the bus loop on it
+            threading.Thread(target=pad.send_event, args=(Gst.Event.new_eos(),), daemon=True,
+                             name=f"eos-{s.plan.id}").start()
+
+    def _finish_all(self, status: str, note: str | None = None) -> None:
+        for s in self._live_streams():
+            s.counters.finish(status, note)
+
+    def _drop_empty_outputs(self) -> None:
+        """A stream that ended without EOS and without a single frame leaves no unplayable MP4 behind."""
+        for s in self.streams.values():
+            out = Path(s.plan.output) if s.plan.output else None
+            finished = s.counters.eos_sinks.issuperset(s.plan.sinks)
+            if out is not None and out.is_file() and not finished and s.counters.frames == 0:
+                out.unlink()
+
+
+def _last_line(debug: str | None) -> str:
+    lines = [ln.strip() for ln in (debug or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,92 @@
+"""--print-pipeline: a gst-launch line that GStreamer parses back into the same elements."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import gi
+import pytest
+
+gi.require_version("Gst", "1.0")
+from gi.repository import Gst  # noqa: E402
+
+from app.media import BLOBS  # noqa: E402
+from inferstream.app.cli import main  # noqa: E402
+from inferstream.app.config import load_config  # noqa: E402
+from inferstream.app.pipeline import build_plan  # noqa: E402
+
+CONFIG = {
+    "sources": [{"id": "cam1", "file": "/videos/my clip.mp4", "max-frames": 5},
+                {"id": "bars", "test": "smpte", "num-buffers": 7, "width": 320, "height": 240},
+                {"uri": "rtsp://127.0.0.1:8554/cam"}],
+    "infer": {**BLOBS, "confidence-threshold": 0.4},
+    "osd": {"line-width": 3},
+    "sink": {"type": "file", "path": "out dir/{id}.mp4"},
+}
+
+
+def _launch(config: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    import yaml
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["run", str(path), "--print-pipeline"]) == 0
+    return capsys.readouterr().out.strip()
+
+
+def test_print_pipeline_parses_with_gst_parse_launch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _launch(CONFIG, tmp_path, capsys)
+    assert line.startswith("gst-launch-1.0 -e ")
+    pipeline = Gst.parse_launch(line.split("gst-launch-1.0 -e ", 1)[1])
+    names = {e.get_name() for e in pipeline.iterate_recurse()}
+    assert {"cam1_src", "cam1_infer", "cam1_osd", "cam1_sink", "bars_infer", "stream2_src", "stream2_infer"} <= names
+    assert pipeline.get_by_name("cam1_src").get_property("location") == "/videos/my clip.mp4"
+    assert pipeline.get_by_name("cam1_sink").get_property("location") == "out dir/cam1.mp4"
+    assert pipeline.get_by_name("cam1_limit").get_property("eos-after") == 6  # identity passes eos-after - 1
+    assert pipeline.get_by_name("bars_src").get_property("num-buffers") == 7
+    infers = [pipeline.get_by_name(f"{s}_infer") for s in ("cam1", "bars", "stream2")]
+    assert {i.get_property("batch-group") for i in infers} == {"inferstream"}  # one batch-group for all streams
+    assert {i.get_property("batch-size") for i in infers} == {3}
+    assert infers[0].get_property("confidence-threshold") == pytest.approx(0.4)
+    if infers[0].find_property("stream-id") is not None:  # the stream's name travels downstream from pyinfer
+        assert [i.get_property("stream-id") for i in infers] == ["cam1", "bars", "stream2"]
+        assert [i.get_property("source-id") for i in infers] == [0, 1, 2]
+    assert pipeline.get_by_name("cam1_osd").get_property("line-width") == 3
+    pipeline.set_state(Gst.State.NULL)
+
+
+def test_print_pipeline_is_one_shell_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The shell splits the line into gst-launch arguments; gst_parse_launchv re-joins them to the same pipeline."""
+    argv = shlex.split(_launch(CONFIG, tmp_path, capsys))
+    assert argv[:2] == ["gst-launch-1.0", "-e"]
+    pipeline = Gst.parse_launchv(argv[2:])
+    assert pipeline.get_by_name("cam1_sink").get_property("location") == "out dir/cam1.mp4"
+    pipeline.set_state(Gst.State.NULL)
+
+
+def test_plan_orders_the_branch_and_ends_streams_at_the_entry_queue() -> None:
+    plan = build_plan(load_config({**CONFIG, "tracker": {}, "infer": {**BLOBS, "secondary": [BLOBS]}}))
+    cam1 = plan.streams[0]
+    order = [cam1.description.index(f"name=cam1_{n}") for n in ("src", "limit", "entry", "infer", "infer2",
+                                                                   "tracker", "osd", "sink")]
+    assert order == sorted(order)
+    assert (cam1.entry, cam1.infer, cam1.last, cam1.sinks) == ("cam1_entry", "cam1_infer", "cam1_osd", ("cam1_sink",))
+    assert cam1.total_frames == 5 and plan.streams[1].total_frames == 7 and plan.streams[2].total_frames is None
+    assert plan.streams[2].live and not cam1.live
+    assert "first-id=1000001" in plan.streams[1].description  # per-stream track id ranges
+
+
+def test_plan_tees_messages_after_the_analytics() -> None:
+    from inferstream.app import gstprops
+
+    if not (gstprops.element_available("pymsgconv") and gstprops.element_available("pymsgbroker")):
+        pytest.skip("pymsgconv / pymsgbroker are not registered yet")
+    plan = build_plan(load_config({**CONFIG, "messages": {}}))
+    cam1 = plan.streams[0]
+    d = cam1.description
+    assert d.index("name=cam1_osd") < d.index("tee name=cam1_tee") < d.index("name=cam1_msgconv") \
+        < d.index("name=cam1_msgbroker")
+    assert len(cam1.sinks) == 2 and cam1.sinks[0] == "cam1_sink"
+    pipeline = Gst.parse_launch(" ".join(s.description for s in plan.streams))
+    assert pipeline.get_by_name(cam1.sinks[1]) is not None
+    pipeline.set_state(Gst.State.NULL)
