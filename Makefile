@@ -5,7 +5,7 @@ setup:
 
 # The README's test command. Needs the environment from `. .venv/bin/activate` (make test activates it itself).
 test:
-	. .venv/bin/activate && python -m pytest -q -p no:cacheprovider tests
+	. .venv/bin/activate && rm -f "$$GST_REGISTRY" && python -m pytest -q -p no:cacheprovider tests
 
 demo:
 	. .venv/bin/activate && inferstream demo

@@ -36,6 +36,7 @@ BROKERS: Final[dict[str, BrokerSpec]] = {
     "redis": BrokerSpec("inferstream.messaging.brokers.redis_streams:RedisStreamsClient", ("redis", "rediss"),
                         6379, 6379),
     "amqp": BrokerSpec("inferstream.messaging.brokers.amqp:AmqpClient", ("amqp", "amqps"), 5672, 5671),
+    "file": BrokerSpec("inferstream.messaging.brokers.file:JsonlFileClient", ("file", "file"), 0, 0),
 }
 
 

@@ -1,0 +1,328 @@
+"""pymsgconv: turns each frame's GstAnalytics detections into JSON payloads (DeepStream nvmsgconv schemas or our
+compact ones) and attaches them to the buffer for a downstream pymsgbroker — nvmsgconv's job on stock GStreamer.
+
+A thin shell (R6): identity, time and meta plumbing here; conversion in ``inferstream.messaging.schema``.
+
+What goes into a :class:`~inferstream.messaging.events.FrameEvent`:
+
+* objects: the frame's ODMtds (only producer ``operate-on-unique-id`` when >= 0) with their TrackingMtd ids;
+* stream-id: the ``stream-id`` property, else the sticky ``inferstream/stream-info`` event (pyinfer upstream), else
+  the STREAM_START event's id; source-id: the ``source-id`` property, else stream-info's, else 0;
+* frame number: buffers seen since the last STREAM_START / FLUSH_STOP (so ``frame-interval`` counts frames that
+  reach this element);
+* ``ntp_ns`` (wall-clock capture time, ns since the Unix epoch), first found of: a ``GstReferenceTimestampMeta``
+  with caps ``timestamp/x-unix`` (Unix epoch) or ``timestamp/x-ntp`` (NTP epoch, 1900, as rtspsrc
+  ``add-reference-timestamp-meta=true`` writes it); else the buffer's running time plus the wall clock at running
+  time 0, taken once when the element first goes PLAYING (``time.time_ns() - current running time``), or at the
+  first buffer when that comes earlier (a prerolled frame), and again on each resume after a pause. On a non-live
+  pipeline that runs faster than real time (``sync=false``) these stamps run ahead of the wall clock: they are
+  media time anchored at start. Without a PTS (or segment) the converter stamps the conversion time.
+
+Payloads travel as a ``GstCustomMeta`` named ``inferstream-payload`` (one per frame and pymsgconv)::
+
+    inferstream-payload, schema=(string)deepstream-full, stream-id=(string)cam1, frame=(guint64)12,
+                         payloads=(string)< "{...}", "{...}" >
+
+gst-python cannot fill it: ``CustomMeta.get_structure()`` returns a *copy* (PyGObject copies transfer-none boxed
+returns; gst-python 1.26 and 1.28 have no writable-structure helper for custom meta, unlike Event/Caps/Query), so
+fields set on it are lost. The fields are therefore written through ctypes into the meta's own structure, with
+C API present since 1.20/1.24 (``gst_buffer_add_custom_meta``, ``gst_custom_meta_get_structure``,
+``gst_structure_take_value``, ``gst_meta_register_custom_simple``). Readers need nothing special: C/Rust read it
+with ``gst_buffer_get_custom_meta``; Python with ``buf.get_custom_meta("inferstream-payload").get_structure()``
+(a copy, fine for reading); :func:`read_payloads` (ctypes) reads every such meta of a buffer.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import gi
+
+gi.require_version("Gst", "1.0")
+gi.require_version("GstBase", "1.0")
+from gi.repository import GObject, Gst, GstBase  # noqa: E402
+
+from inferstream.elements import _props as props  # noqa: E402
+from inferstream.elements._errors import post_error  # noqa: E402
+from inferstream.elements._stream import read_stream_info  # noqa: E402
+from inferstream.errors import ConfigError  # noqa: E402
+from inferstream.messaging.schema import SCHEMAS  # noqa: E402
+
+if TYPE_CHECKING:
+    from inferstream.messaging.events import FrameEvent
+    from inferstream.messaging.schema import MsgConverter
+
+PAYLOAD_META: Final = "inferstream-payload"
+NTP_TO_UNIX_NS: Final = 2_208_988_800 * 1_000_000_000  # 1900-01-01 -> 1970-01-01
+_ANY_VIDEO = Gst.Caps.from_string("video/x-raw(ANY)")
+
+
+# -- the payload meta (ctypes: see the module docstring) ---------------------------------------------------------
+class _GValue(ctypes.Structure):
+    _fields_ = [("g_type", ctypes.c_size_t), ("data", ctypes.c_uint64 * 2)]
+
+
+_PV = ctypes.POINTER(_GValue)
+_G_TYPE_STRING: Final = 16 << 2  # G_TYPE_MAKE_FUNDAMENTAL(16)
+_G_TYPE_UINT64: Final = 11 << 2
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadMeta:
+    """One ``inferstream-payload`` meta read back: ``payloads`` in order (UTF-8 JSON bytes)."""
+
+    schema: str
+    stream_id: str
+    frame: int
+    payloads: tuple[bytes, ...]
+
+
+@functools.cache
+def _native() -> Any:
+    """libgstreamer/libgobject entry points (already loaded by gi under the same sonames) + the meta's API type."""
+    gst, gobj = ctypes.CDLL("libgstreamer-1.0.so.0"), ctypes.CDLL("libgobject-2.0.so.0")
+    vp, cp, size, uint = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint
+    for lib, name, res, args in (
+            (gst, "gst_buffer_add_custom_meta", vp, (vp, cp)), (gst, "gst_custom_meta_get_structure", vp, (vp,)),
+            (gst, "gst_custom_meta_has_name", ctypes.c_int, (vp, cp)), (gst, "gst_meta_get_info", vp, (cp,)),
+            (gst, "gst_buffer_iterate_meta_filtered", vp, (vp, ctypes.POINTER(vp), size)),
+            (gst, "gst_structure_take_value", None, (vp, cp, _PV)), (gst, "gst_structure_get_value", _PV, (vp, cp)),
+            (gst, "gst_value_array_get_type", size, ()), (gst, "gst_value_array_append_and_take_value", None, (_PV, _PV)),
+            (gst, "gst_value_array_get_size", uint, (_PV,)), (gst, "gst_value_array_get_value", _PV, (_PV, uint)),
+            (gobj, "g_value_init", _PV, (_PV, size)), (gobj, "g_value_set_string", None, (_PV, cp)),
+            (gobj, "g_value_set_uint64", None, (_PV, ctypes.c_uint64)), (gobj, "g_value_get_string", vp, (_PV,)),
+            (gobj, "g_value_get_uint64", ctypes.c_uint64, (_PV,))):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, list(args)
+    if Gst.meta_get_info(PAYLOAD_META) is None:
+        Gst.meta_register_custom_simple(PAYLOAD_META)
+    api = ctypes.c_size_t.from_address(gst.gst_meta_get_info(PAYLOAD_META.encode())).value  # GstMetaInfo.api
+    return gst, gobj, api
+
+
+def register_payload_meta() -> None:
+    """Register the ``inferstream-payload`` custom meta (idempotent; after Gst.init)."""
+    _native()
+
+
+def _buffer_address(buf: Gst.Buffer) -> int:
+    """``GstBuffer*``: ``__ptr__()`` since gst-python 1.28, the boxed hash (the pointer) before."""
+    return int(buf.__ptr__() if hasattr(buf, "__ptr__") else hash(buf))
+
+
+def _value(gtype: int, setter: str, value: object) -> _GValue:
+    gobj = _native()[1]
+    v = _GValue()
+    gobj.g_value_init(ctypes.byref(v), gtype)
+    getattr(gobj, setter)(ctypes.byref(v), value)
+    return v
+
+
+def attach_payloads(buf: Gst.Buffer, payloads: list[bytes], *, schema: str, stream_id: str, frame: int) -> None:
+    """Add one ``inferstream-payload`` meta holding ``payloads`` (UTF-8 JSON, no NUL bytes) to a writable buffer.
+
+    Raises:
+        ValueError: the buffer is not writable (the meta cannot be added).
+    """
+    gst, gobj, _ = _native()
+    meta = gst.gst_buffer_add_custom_meta(_buffer_address(buf), PAYLOAD_META.encode())
+    if not meta:
+        raise ValueError("cannot add the inferstream-payload meta (buffer not writable?)")
+    structure = gst.gst_custom_meta_get_structure(meta)
+    array = _GValue()
+    gobj.g_value_init(ctypes.byref(array), gst.gst_value_array_get_type())
+    for payload in payloads:
+        gst.gst_value_array_append_and_take_value(ctypes.byref(array),
+                                                  ctypes.byref(_value(_G_TYPE_STRING, "g_value_set_string", payload)))
+    for name, value in ((b"schema", _value(_G_TYPE_STRING, "g_value_set_string", schema.encode())),
+                        (b"stream-id", _value(_G_TYPE_STRING, "g_value_set_string", stream_id.encode())),
+                        (b"frame", _value(_G_TYPE_UINT64, "g_value_set_uint64", frame)), (b"payloads", array)):
+        gst.gst_structure_take_value(structure, name, ctypes.byref(value))  # takes ownership: no unset
+
+
+def _string(gobj: Any, value: Any) -> bytes:
+    return ctypes.string_at(gobj.g_value_get_string(value)) if value else b""
+
+
+def read_payloads(buf: Gst.Buffer) -> list[PayloadMeta]:
+    """Every ``inferstream-payload`` meta of ``buf``, in the order they were added."""
+    gst, gobj, api = _native()
+    addr, state, out = _buffer_address(buf), ctypes.c_void_p(None), []
+    while meta := gst.gst_buffer_iterate_meta_filtered(addr, ctypes.byref(state), api):
+        if not gst.gst_custom_meta_has_name(meta, PAYLOAD_META.encode()):
+            continue
+        s = gst.gst_custom_meta_get_structure(meta)
+        array = gst.gst_structure_get_value(s, b"payloads")
+        n = gst.gst_value_array_get_size(array) if array else 0
+        frame = gst.gst_structure_get_value(s, b"frame")
+        out.append(PayloadMeta(
+            _string(gobj, gst.gst_structure_get_value(s, b"schema")).decode(),
+            _string(gobj, gst.gst_structure_get_value(s, b"stream-id")).decode(),
+            gobj.g_value_get_uint64(frame) if frame else 0,
+            tuple(_string(gobj, gst.gst_value_array_get_value(array, i)) for i in range(n))))
+    return out
+
+
+# -- the element ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """Properties read once in do_start (R7)."""
+
+    uid: int | None
+    stream_id: str
+    source_id: int
+
+
+class PyMsgConv(GstBase.BaseTransform):  # type: ignore[misc]
+    __gtype_name__ = "InferstreamPyMsgConv"
+    __gstmetadata__ = (
+        "inferstream message converter",
+        "Filter/Converter/Video",
+        ("Converts each frame's GstAnalytics detections (with tracking ids, stream identity, frame number and "
+         "wall-clock time) into JSON payloads, DeepStream nvmsgconv full/minimal schema or inferstream's compact "
+         "ones, and attaches them as an inferstream-payload custom meta for pymsgbroker; buffers pass unchanged"),
+        "inferstream",
+    )
+    __gsttemplates__ = (Gst.PadTemplate.new("sink", Gst.PadDirection.SINK, Gst.PadPresence.ALWAYS, _ANY_VIDEO),
+                        Gst.PadTemplate.new("src", Gst.PadDirection.SRC, Gst.PadPresence.ALWAYS, _ANY_VIDEO))
+
+    schema = props.choice("Schema", "Payload schema: DeepStream full (one message per object), DeepStream minimal "
+                          "(one per frame), or inferstream's compact per-frame / per-object JSON", SCHEMAS,
+                          "deepstream-full")
+    config = props.string("Config", "nvmsgconv config file (YAML or key-file) with sensorN / placeN / analyticsN "
+                          "groups, N = the stream's source-id; empty: descriptions derived from the stream")
+    frame_interval = props.integer("Frame interval", "Convert only every N-th frame (nvmsgconv's frame-interval); "
+                                   "1 converts every frame", 30, 1, 2**31 - 1)
+    skip_empty = props.boolean("Skip empty", "Frames without objects produce no payload (the per-object schemas "
+                               "never produce one)", True)
+    operate_on_unique_id = props.integer("Operate on unique id", "Convert only detections of this producer "
+                                         "(pyinfer/pytracker unique-id); -1 converts all", -1, -1, 2**31 - 1)
+    stream_id = props.string("Stream id", "Stream name in the payloads (sensor id fallback) and message key; "
+                             "empty: from pyinfer's inferstream/stream-info event, else the stream-start id")
+    source_id = props.integer("Source id", "Selects sensorN/placeN/analyticsN of the config; -1: from pyinfer's "
+                              "inferstream/stream-info event, else 0", -1, -1, 2**31 - 1)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_in_place(True)
+        self._conv: MsgConverter | None = None
+        self._settings = _Settings(None, "", -1)
+        self._size = (0, 0)
+        self._frame = 0
+        self._start_id = ""
+        self._identity: tuple[str, int] | None = None  # None: re-read at the next buffer
+        self._segment: Gst.Segment | None = None
+        self._wall_base_ns: int | None = None
+        self._resumed = False
+        self._ref_caps: tuple[tuple[Gst.Caps, int], ...] = ()
+
+    # lifecycle ----------------------------------------------------------------------------------------------
+    def do_start(self) -> bool:
+        from inferstream.messaging.schema import MsgConverter, load_msgconv_config
+
+        try:
+            if self.schema not in SCHEMAS:
+                raise ConfigError(f"schema={self.schema!r}: expected one of {list(SCHEMAS)}")
+            config = load_msgconv_config(self.config) if self.config else None
+            self._conv = MsgConverter(self.schema, config, frame_interval=self.frame_interval,
+                                      skip_empty=self.skip_empty)
+            register_payload_meta()
+        except Exception as exc:  # the C boundary (R8)
+            post_error(self, exc, "cannot set up the message converter")
+            return False
+        uid = self.operate_on_unique_id
+        self._settings = _Settings(None if uid < 0 else uid, self.stream_id, self.source_id)
+        self._ref_caps = ((Gst.Caps.from_string("timestamp/x-unix"), 0),
+                          (Gst.Caps.from_string("timestamp/x-ntp"), NTP_TO_UNIX_NS))
+        self._frame, self._identity, self._wall_base_ns, self._resumed = 0, None, None, False
+        return True
+
+    def do_stop(self) -> bool:
+        self._conv = None
+        return True
+
+    def do_change_state(self, transition: Gst.StateChange) -> Gst.StateChangeReturn:
+        if transition == Gst.StateChange.PLAYING_TO_PAUSED:
+            self._resumed = True  # running time will leave out the pause: re-anchor when PLAYING again
+        elif transition == Gst.StateChange.PAUSED_TO_PLAYING and (self._wall_base_ns is None or self._resumed):
+            running = self.get_current_running_time()  # base time and clock are set by now
+            if running != Gst.CLOCK_TIME_NONE:
+                self._wall_base_ns, self._resumed = time.time_ns() - running, False
+        return GstBase.BaseTransform.do_change_state(self, transition)
+
+    def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
+        s = incaps.get_structure(0)
+        (ok_w, width), (ok_h, height) = s.get_int("width"), s.get_int("height")
+        self._size = (width, height) if ok_w and ok_h else (0, 0)
+        return True
+
+    def do_sink_event(self, event: Gst.Event) -> bool:
+        if event.type == Gst.EventType.STREAM_START:
+            self._start_id = event.parse_stream_start() or ""
+            self._frame, self._identity = 0, None
+        elif event.type == Gst.EventType.CUSTOM_DOWNSTREAM_STICKY:
+            self._identity = None  # maybe a new stream-info; read from the pad at the next buffer
+        elif event.type == Gst.EventType.FLUSH_STOP:
+            self._frame = 0
+        elif event.type == Gst.EventType.SEGMENT:
+            self._segment = event.parse_segment()
+        return GstBase.BaseTransform.do_sink_event(self, event)
+
+    # streaming ----------------------------------------------------------------------------------------------
+    def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
+        frame, self._frame = self._frame, self._frame + 1
+        if self._conv is None or frame % self._conv.frame_interval:
+            return Gst.FlowReturn.OK
+        try:
+            event = self._event(buf, frame)
+            payloads = self._conv.convert(event)
+            if payloads:
+                attach_payloads(buf, payloads, schema=self._conv.schema, stream_id=event.stream_id, frame=frame)
+        except Exception as exc:  # the one broad catch: the C boundary (R8)
+            post_error(self, exc, "message conversion failed")
+            return Gst.FlowReturn.ERROR
+        return Gst.FlowReturn.OK
+
+    def _event(self, buf: Gst.Buffer, frame: int) -> FrameEvent:
+        from inferstream.messaging.events import FrameEvent
+        from inferstream.meta.gstanalytics import read_detections
+
+        stream_id, source_id = self._stream_identity()
+        meta = read_detections(buf, unique_id=self._settings.uid)
+        pts = buf.pts if buf.pts != Gst.CLOCK_TIME_NONE else 0
+        width, height = self._size
+        ntp = self._wall_clock_ns(buf)
+        if meta is None:
+            return FrameEvent(stream_id, source_id, frame, pts, ntp, width, height)
+        return FrameEvent.from_detections(meta.dets, meta.label_names, stream_id=stream_id, source_id=source_id,
+                                          frame_number=frame, pts_ns=pts, ntp_ns=ntp, width=width, height=height)
+
+    def _stream_identity(self) -> tuple[str, int]:
+        if self._identity is None:
+            info = read_stream_info(self.sinkpad)
+            s = self._settings
+            stream_id = s.stream_id or (info[0] if info else "") or self._start_id or self.get_name()
+            source_id = s.source_id if s.source_id >= 0 else (info[1] if info else 0)
+            self._identity = (stream_id, source_id)
+        return self._identity
+
+    def _wall_clock_ns(self, buf: Gst.Buffer) -> int | None:
+        """Capture time in ns since the Unix epoch (see the module docstring), None when unknown."""
+        for caps, offset in self._ref_caps:
+            ref = buf.get_reference_timestamp_meta(caps)
+            if ref is not None:
+                return int(ref.timestamp) - offset
+        if buf.pts == Gst.CLOCK_TIME_NONE or self._segment is None:
+            return None
+        running = self._segment.to_running_time(Gst.Format.TIME, buf.pts)
+        if running == Gst.CLOCK_TIME_NONE:
+            return None
+        if self._wall_base_ns is None:  # before the first PLAYING (preroll): this frame is "now"
+            self._wall_base_ns = time.time_ns() - running
+        return self._wall_base_ns + running
+
+
+GObject.type_register(PyMsgConv)
