@@ -70,3 +70,28 @@ def test_pytracker_frames_without_meta_pass_untouched_before_any_track() -> None
 def test_pytracker_rejects_unknown_algorithm() -> None:
     result = run_pipeline(SRC.format(n=1) + " ! pytracker algorithm=nosuch ! fakesink")
     assert result.errors and "nosuch" in result.errors[0]
+
+
+def _one_hides(buf: Gst.Buffer, i: int) -> None:
+    """Both walkers; the second is missed by the detector on frames 10 and 11."""
+    _two_walkers(buf, i) if i not in (10, 11) else write_detections(
+        buf, Detections(boxes_xyxy=torch.tensor([[10.0 + 5 * i, 50.0, 50.0 + 5 * i, 130.0]]),
+                        scores=torch.tensor([0.9]), labels=torch.tensor([0])),
+        label_quarks(["person"]), producer_quark(1))
+
+
+def _lost_flags(buf: Gst.Buffer) -> tuple[list[int], list[bool]]:
+    meta = read_detections(buf)
+    rmeta = GstAnalytics.buffer_get_analytics_relation_meta(buf)
+    lost = [m.get_info()[4] for m in rmeta if isinstance(m, GstAnalytics.TrackingMtd)]
+    return list(meta.producers), lost
+
+
+def test_pytracker_output_lost_tracks_reports_coasting_boxes() -> None:
+    inject("hide", _one_hides)
+    result = run_pipeline(SRC.format(n=16) + " ! testinject name=hide ! pytracker name=trk min-hits=1 unique-id=99 "
+                          "output-lost-tracks=true coast-time=0.5 ! fakesink", {"trk": _lost_flags})
+    assert not result.errors
+    producers, lost = result.seen["trk"][10]
+    assert producers == [1, 99] and sorted(lost) == [False, True]
+    assert result.seen["trk"][9] == ([1, 1], [False, False])

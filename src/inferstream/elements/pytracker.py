@@ -50,8 +50,13 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
                                        "track", 0.6, 0.0, 1.0)
     match_iou = props.number("Match IoU", "Minimum IoU between a track's predicted box and a detection", 0.2,
                              0.0, 1.0)
-    max_age = props.number("Max age", "Seconds (of stream time) a track survives without a detection", 1.0,
+    max_age = props.number("Max age", "Seconds (of stream time) a track survives without a detection", 2.0,
                            0.0, 3600.0)
+    coast_time = props.number("Coast time", "Seconds a lost track keeps being reported from its motion model "
+                              "(with output-lost-tracks)", 0.2, 0.0, 3600.0)
+    output_lost_tracks = props.boolean("Output lost tracks", "On frames with detections, also write the predicted "
+                                       "boxes of tracks lost for less than coast-time (lost flag set, producer = "
+                                       "unique-id), as nvtracker's shadow tracking does", False)
     min_hits = props.integer("Min hits", "Consecutive detections before a track is confirmed and gets an id",
                              2, 1, 100)
     per_class = props.boolean("Per class", "Only associate detections and tracks of the same label", False)
@@ -76,7 +81,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
             self._tracker = make_tracker(
                 self.algorithm, high_score=self.high_threshold, low_score=self.low_threshold,
                 new_track_score=self.new_track_threshold, match_iou=self.match_iou, max_lost_s=self.max_age,
-                min_hits=self.min_hits, per_class=self.per_class, first_id=self.first_id)
+                coast_s=self.coast_time, min_hits=self.min_hits, per_class=self.per_class, first_id=self.first_id)
         except Exception as exc:
             post_error(self, exc, "cannot create the tracker")
             return False
@@ -103,7 +108,10 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
             if not self._detector_looked(meta, uid):
                 self._write_predicted(buf, self._tracker.predict_only(pts))
             else:
-                self._write_tracked(buf, meta.od_ids, self._tracker.update(self._dets(meta), pts))
+                result = self._tracker.update(self._dets(meta), pts)
+                self._write_tracked(buf, meta.od_ids, result)
+                if self.output_lost_tracks:
+                    self._write_predicted(buf, result)
         except Exception as exc:  # the C boundary (R8)
             post_error(self, exc, "tracking failed")
             return Gst.FlowReturn.ERROR

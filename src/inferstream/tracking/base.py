@@ -1,0 +1,77 @@
+"""What every tracker offers the pytracker element, and what it returns.
+
+One tracker instance serves one stream. Time is the buffer's pts in nanoseconds (``GstClockTime``), because
+``GstAnalytics`` TrackingMtd records ``first_seen`` / ``last_seen`` as clock times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from inferstream.detections import Detections
+
+
+@dataclass(frozen=True, slots=True)
+class TrackState:
+    """One confirmed track as of this frame: what a ``GstAnalyticsTrackingMtd`` needs.
+
+    Attributes:
+        track_id: the track's id (>= the tracker's ``first_id``; never reused by the same tracker instance).
+        first_seen_ns: pts of the frame where the track's first detection was seen.
+        last_seen_ns: pts of the latest frame where a detection was matched to the track.
+        lost: the detector's latest frame did not find the track (it is coasting on its motion model).
+        predicted: this frame's box comes from the motion model, not from a detection: true for lost tracks
+            and for every track on a ``predict_only`` frame.
+        row: where this frame's box is: index into ``TrackResult.detections`` when ``predicted`` is false,
+            into ``TrackResult.predicted`` when it is true.
+    """
+
+    track_id: int
+    first_seen_ns: int
+    last_seen_ns: int
+    lost: bool
+    predicted: bool
+    row: int
+
+
+@dataclass(frozen=True, slots=True)
+class TrackResult:
+    """One frame's tracking output.
+
+    Attributes:
+        detections: the input detections, same rows in the same order (row i stays row i, so it stays paired
+            with ODMtd i), with ``track_ids`` (int64 [N]) set: the confirmed track the row belongs to, or -1
+            (below the tracker's lowest score, not matched, or a track not confirmed yet). Empty on a
+            ``predict_only`` frame.
+        predicted: one row per confirmed track reported without a detection on this frame (every track on a
+            ``predict_only`` frame; a lost track only for a short while, ByteTrack's ``coast_s``): its
+            motion-model box (``boxes_xyxy``, unrotated for oriented boxes, with ``angles_rad`` when the stream
+            is oriented), the label and score of its latest detection, and ``track_ids``. Same device as the
+            last input.
+        tracks: every confirmed track with a box on this frame (a row in ``detections`` or in ``predicted``), in
+            ascending ``track_id`` order. Tracks kept alive silently (lost longer than the coasting time, or
+            not yet confirmed) are not listed.
+        ended_ids: ids of confirmed tracks the tracker dropped during this call (lost for too long), ascending.
+    """
+
+    detections: Detections
+    predicted: Detections
+    tracks: tuple[TrackState, ...]
+    ended_ids: tuple[int, ...] = ()
+
+
+class Tracker(Protocol):
+    """A multi-object tracker for one stream. Ids come from the instance, never from class state."""
+
+    def update(self, dets: Detections, pts_ns: int) -> TrackResult:
+        """Associate one frame's detections (any device) with the tracks; ``pts_ns`` must not go backwards."""
+        ...
+
+    def predict_only(self, pts_ns: int) -> TrackResult:
+        """Carry the tracks forward to a frame the detector skipped, without changing their filter state."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every track (after a seek or flush); ids keep counting, so none is ever reused."""
+        ...

@@ -1,0 +1,89 @@
+"""Box geometry the trackers need, on numpy (trackers run on the host, after the one device-to-host copy)."""
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def iou_matrix_xyxy(boxes1: FloatArray, boxes2: FloatArray) -> FloatArray:
+    """Pairwise IoU of two sets of axis-aligned boxes.
+
+    Args:
+        boxes1 (ndarray[N, 4]): ``(x1, y1, x2, y2)`` in pixels.
+        boxes2 (ndarray[M, 4]): ``(x1, y1, x2, y2)`` in pixels.
+
+    Returns:
+        ndarray[N, M] float64: IoU in [0, 1]; 0 where the union is empty (degenerate boxes).
+    """
+    b1 = np.asarray(boxes1, dtype=np.float64).reshape(-1, 4)
+    b2 = np.asarray(boxes2, dtype=np.float64).reshape(-1, 4)
+    area1 = np.clip(b1[:, 2] - b1[:, 0], 0, None) * np.clip(b1[:, 3] - b1[:, 1], 0, None)
+    area2 = np.clip(b2[:, 2] - b2[:, 0], 0, None) * np.clip(b2[:, 3] - b2[:, 1], 0, None)
+    lt = np.maximum(b1[:, None, :2], b2[None, :, :2])
+    rb = np.minimum(b1[:, None, 2:], b2[None, :, 2:])
+    wh = np.clip(rb - lt, 0, None)
+    inter = wh[..., 0] * wh[..., 1]
+    union = area1[:, None] + area2[None, :] - inter
+    iou: FloatArray = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    return iou
+
+
+def envelope_xyxy(boxes_xyxy: FloatArray, angles_rad: FloatArray | None) -> FloatArray:
+    """Axis-aligned envelope of rotated rectangles (the box that encloses the rotated corners).
+
+    Args:
+        boxes_xyxy (ndarray[N, 4]): the *unrotated* rectangle ``(x1, y1, x2, y2)``; it rotates about its centre.
+        angles_rad (ndarray[N] | None): rotation in radians; ``None`` means axis-aligned (boxes returned as-is).
+
+    Returns:
+        ndarray[N, 4] float64: ``(x1, y1, x2, y2)`` of the envelope, same centre as the input.
+    """
+    b = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
+    if angles_rad is None:
+        return b.copy()
+    a = np.asarray(angles_rad, dtype=np.float64).reshape(-1)
+    cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+    w, h = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+    c, s = np.abs(np.cos(a)), np.abs(np.sin(a))
+    ex, ey = (w * c + h * s) / 2, (w * s + h * c) / 2
+    return np.stack([cx - ex, cy - ey, cx + ex, cy + ey], axis=1)
+
+
+def xyxy_to_cxcywh(boxes: FloatArray) -> FloatArray:
+    """``(x1, y1, x2, y2)`` [N, 4] to ``(cx, cy, w, h)`` [N, 4], pixels."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    return np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2, b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], axis=1)
+
+
+def cxcywh_to_xyxy(boxes: FloatArray) -> FloatArray:
+    """``(cx, cy, w, h)`` [N, 4] to ``(x1, y1, x2, y2)`` [N, 4], pixels."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    half = b[:, 2:] / 2
+    return np.concatenate([b[:, :2] - half, b[:, :2] + half], axis=1)
+
+
+def slack_iou_matrix(boxes1_cxcywh: FloatArray, slack1_xy: FloatArray, boxes2_cxcywh: FloatArray) -> FloatArray:
+    """Pairwise IoU after moving each box of set 1 towards each box of set 2 by up to its slack.
+
+    The best IoU a box of uncertain position can reach: with zero slack this is the plain IoU; a track coasting
+    through an occlusion gets a slack of a few standard deviations of its predicted centre.
+
+    Args:
+        boxes1_cxcywh (ndarray[N, 4]): ``(cx, cy, w, h)``, pixels.
+        slack1_xy (ndarray[N, 2]): how far each box of set 1 may move along x and along y, pixels, >= 0.
+        boxes2_cxcywh (ndarray[M, 4]): ``(cx, cy, w, h)``, pixels.
+
+    Returns:
+        ndarray[N, M] float64: IoU in [0, 1].
+    """
+    b1 = np.asarray(boxes1_cxcywh, dtype=np.float64).reshape(-1, 4)
+    b2 = np.asarray(boxes2_cxcywh, dtype=np.float64).reshape(-1, 4)
+    slack = np.asarray(slack1_xy, dtype=np.float64).reshape(-1, 2)
+    offset = np.maximum(np.abs(b1[:, None, :2] - b2[None, :, :2]) - slack[:, None, :], 0.0)  # [N, M, 2]
+    size1, size2 = np.clip(b1[:, None, 2:], 0, None), np.clip(b2[None, :, 2:], 0, None)
+    overlap = np.clip((size1 + size2) / 2 - offset, 0.0, np.minimum(size1, size2))  # [N, M, 2]
+    inter = overlap[..., 0] * overlap[..., 1]
+    union = size1[..., 0] * size1[..., 1] + size2[..., 0] * size2[..., 1] - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)

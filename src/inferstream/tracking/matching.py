@@ -1,0 +1,31 @@
+"""Optimal one-to-one matching on a similarity matrix (Hungarian, via scipy's linear_sum_assignment)."""
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import linear_sum_assignment  # type: ignore[import-untyped]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def match_pairs(sim: FloatArray, min_sim: float) -> tuple[IntArray, IntArray]:
+    """Pairs (row, col) that maximise the summed margin ``sim - min_sim``; pairs below ``min_sim`` never match.
+
+    Leaving a row or column unmatched costs nothing, so a strong pair is never traded for two weak ones
+    (equivalent to lapjv with ``cost_limit = 1 - min_sim`` on the cost ``1 - sim``).
+
+    Args:
+        sim (ndarray[A, B]): similarities (e.g. IoU), higher is better.
+        min_sim: the least similarity a matched pair may have.
+
+    Returns:
+        rows (ndarray[K] int64), cols (ndarray[K] int64): matched pairs, rows ascending.
+    """
+    if sim.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty.copy()
+    margin = np.where(sim >= min_sim, sim - min_sim + 1e-9, 0.0)
+    r, c = linear_sum_assignment(margin, maximize=True)
+    ok = margin[r, c] > 0
+    return r[ok].astype(np.int64), c[ok].astype(np.int64)
