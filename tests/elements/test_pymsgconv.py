@@ -18,7 +18,8 @@ from gi.repository import Gst  # noqa: E402
 from gst_helpers import inject, run_pipeline  # noqa: E402
 
 from inferstream.detections import Detections  # noqa: E402
-from inferstream.elements.pymsgconv import NTP_TO_UNIX_NS, PAYLOAD_META, PayloadMeta, read_payloads  # noqa: E402
+from inferstream.elements.pymsgconv import NTP_TO_UNIX_NS  # noqa: E402
+from inferstream.meta.payload import PAYLOAD_META, PayloadMeta, read_payloads  # noqa: E402
 from inferstream.messaging.schema import UNTRACKED_OBJECT_ID, validate  # noqa: E402
 from inferstream.meta.gstanalytics import (  # noqa: E402
     TrackRecord,

@@ -145,7 +145,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
         return parse_conn_str(self.proto, self.conn_str, tls=tls, credentials_file=self.config or None)
 
     def do_start(self) -> bool:
-        from inferstream.elements.pymsgconv import register_payload_meta
+        from inferstream.meta.payload import register_payload_meta
         from inferstream.messaging.brokers import create_client
         from inferstream.messaging.publisher import Publisher
 
@@ -186,7 +186,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
 
     # streaming ----------------------------------------------------------------------------------------------
     def do_render(self, buf: Gst.Buffer) -> Gst.FlowReturn:
-        from inferstream.elements.pymsgconv import read_payloads
+        from inferstream.meta.payload import read_payloads
 
         publisher, topic = self._publisher, self._settings.topic
         if publisher is None:
