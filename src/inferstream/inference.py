@@ -1,6 +1,8 @@
 """The detector runner: frames in, per-frame Detections in frame pixels out. No GStreamer here (R6)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +35,7 @@ class InferConfig:
     backend: str = "auto"
     trust_checkpoint: bool = False
     postprocess: str | None = None
+    graph: str = "auto"  # CUDA graphs of the torch backend: auto | off | cuda-graph (see backends.loader)
 
     def same_model(self, other: InferConfig) -> bool:
         """True when both would load and decode the same model (thresholds may differ)."""
@@ -64,12 +67,14 @@ class Detector:
 
         self.cfg = cfg
         self.backend: Backend = load_backend(cfg.model, device=cfg.device, precision=cfg.precision,
-                                             backend=cfg.backend, trust_checkpoint=cfg.trust_checkpoint)
+                                             backend=cfg.backend, trust_checkpoint=cfg.trust_checkpoint,
+                                             graph=cfg.graph)
         info = self.backend.info
         self.input_size: tuple[int, int] = cfg.input_size or info.input_size or DEFAULT_INPUT_SIZE
         if info.input_size and cfg.input_size and tuple(cfg.input_size) != tuple(info.input_size):
             raise ConfigError(f"input-size {cfg.input_size} differs from the model's fixed input {info.input_size}")
         self.labels: tuple[str, ...] = info.names or cfg.labels or ()
+        self._stream = _private_stream(self.backend.device)
         self.decoder: Decoder = self._make_decoder()
         if not self.labels:
             self.labels = tuple(f"class{i}" for i in range(self.num_classes))
@@ -106,30 +111,97 @@ class Detector:
     def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Detections (CPU tensors, frame pixels) for each frame, in order; axis-aligned boxes are clipped.
 
-        Pixels are read once from the views into the model's input tensor; the detections of the whole batch
-        cross to the host together (one copy per field per batch).
+        Pixels are read once from the views into the model's input tensor (on the model's device: CUDA frames
+        never leave the GPU); the detections of the whole batch cross to the host in one copy. The small per-frame
+        tables built on the host (rows, frame sizes) go to the device without waiting for it.
+
+        On CUDA the batch runs on the Detector's own non-blocking stream: work on the legacy default stream would
+        wait for, and hold up, every blocking stream in the context (GStreamer's decoders included). That stream
+        first waits for the default stream, where ``frames.cuda.mapped_cuda_frames`` (on the mapping thread)
+        ordered the frames after GStreamer's writes; the copy to the host at the end then means no kernel still
+        reads the frames when their mappings end.
         """
         import torch
 
-        from inferstream.detections import Detections
         from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_xyxy
 
-        with torch.inference_mode():
+        with torch.inference_mode(), _on_stream(self._stream):
             batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype)
             per_frame = self.decoder(self.backend(batch), params or self.cfg.params)
             counts = [len(d) for d in per_frame]
             device = lb.scale_x.device
-            rows = torch.repeat_interleave(torch.arange(len(frames), device=device),
-                                           torch.tensor(counts, device=device))
-            merged = Detections.merge(per_frame).to(device)
+            rows = _to_device(torch.repeat_interleave(torch.arange(len(frames)), torch.tensor(counts)), device)
+            merged = _merge(per_frame, device)
             # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
             boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[rows, None], lb.scale_y[rows, None],
                                      lb.pad_x[rows, None], lb.pad_y[rows, None])
             if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
-                sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32, device=device)[rows]
+                sizes = _to_device(torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32), device)
+                sizes = sizes[rows]
                 boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
-            merged = replace(merged, boxes_xyxy=boxes).to("cpu")
-            return merged.split(counts)
+            return to_host(replace(merged, boxes_xyxy=boxes)).split(counts)
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _private_stream(device: torch.device) -> torch.cuda.Stream | None:
+    import torch
+
+    return torch.cuda.Stream(device) if device.type == "cuda" else None
+
+
+@contextmanager
+def _on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
+    """Run the block on ``stream`` after the default stream's queued work; on an error, let the stream drain first
+    (the frames' mappings end right after, and kernels queued on them must not outlive them)."""
+    if stream is None:
+        yield
+        return
+    import torch
+
+    stream.wait_stream(torch.cuda.default_stream(stream.device))
+    try:
+        with torch.cuda.stream(stream):
+            yield
+    except BaseException:
+        stream.synchronize()
+        raise
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host-built tensor on ``device``, without blocking the host on the device's queue (a blocking
+    copy would make the host wait for every kernel queued before it)."""
+    return t.to(device, non_blocking=True) if device.type == "cuda" else t
+
+
+def _merge(per_frame: list[Detections], device: torch.device) -> Detections:
+    from inferstream.detections import Detections
+
+    merged = Detections.merge(per_frame)
+    return merged if merged.boxes_xyxy.device == device else merged.to(device)
+
+
+def to_host(dets: Detections) -> Detections:
+    """``dets`` on the CPU in one device-to-host copy: the fields are packed into one float64 tensor (exact for
+    float32 values and for integers below 2**53), copied, and unpacked.
+
+    Args:
+        dets: N detections on any device.
+
+    Returns:
+        The same detections on the CPU (``dets`` itself when it is there already).
+    """
+    import torch
+
+    from inferstream.detections import Detections
+
+    if dets.boxes_xyxy.device.type == "cpu":
+        return dets
+    optional = [t for t in (dets.angles_rad, dets.track_ids) if t is not None]
+    packed = torch.cat([dets.boxes_xyxy.double(), dets.scores.double()[:, None], dets.labels.double()[:, None],
+                        *(t.double()[:, None] for t in optional)], dim=1).cpu()
+    extra = iter(packed[:, 6:].unbind(1))
+    return Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
+                      angles_rad=next(extra).float() if dets.angles_rad is not None else None,
+                      track_ids=next(extra).long() if dets.track_ids is not None else None)

@@ -39,6 +39,7 @@ _BY_SUFFIX: Final[dict[str, str]] = {
 }
 _BACKEND_CHOICES: Final = ("auto", *_RUNTIMES)
 _PRECISIONS: Final = ("auto", "fp32", "fp16")
+_GRAPH_MODES: Final = ("auto", "off", "cuda-graph")  # as torch_backend.GRAPH_MODES (not imported: torch is lazy)
 # ``pkg.mod:attr`` or ``some/file.py:attr``; a spec naming an existing file is always a file, never a factory.
 _FACTORY_RE: Final = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|.+\.py):(?P<attr>[A-Za-z_][\w.]*)$")
 
@@ -50,6 +51,7 @@ def load_backend(
     precision: str = "auto",
     backend: str = "auto",
     trust_checkpoint: bool = False,
+    graph: str = "auto",
 ) -> Backend:
     """Load a model and return it ready to run on ``device``.
 
@@ -63,6 +65,10 @@ def load_backend(
         backend: "auto" (by suffix), "torch" or "onnxruntime" to force a runtime whatever the suffix says.
         trust_checkpoint: allow full unpickling of a torch checkpoint (runs code named by the file; see
             ``torch_backend``). Needed for ultralytics ``.pt`` files.
+        graph: CUDA graphs for the torch runtime on a CUDA device: "auto" (captured per batch shape for
+            TorchScript archives and ultralytics checkpoints, eager when a capture fails, and for factories),
+            "off", or "cuda-graph" (always captured; a capture failure is an error). Ignored on CPU except
+            "cuda-graph", which is refused there, as it is for onnxruntime.
 
     Returns:
         A Backend whose ``info`` carries what the model file says about itself.
@@ -77,14 +83,18 @@ def load_backend(
         raise ConfigError(f"backend={backend!r} is not one of {', '.join(_BACKEND_CHOICES)}")
     if precision not in _PRECISIONS:
         raise ConfigError(f"precision={precision!r} is not one of {', '.join(_PRECISIONS)}")
+    if graph not in _GRAPH_MODES:
+        raise ConfigError(f"graph={graph!r} is not one of {', '.join(_GRAPH_MODES)}")
     dev = _parse_device(device)
+    if graph == "cuda-graph" and dev.type != "cuda":
+        raise ConfigError(f"graph=cuda-graph needs a CUDA device, got device={device!r}")
     path = Path(spec).expanduser()
     if not path.exists() and (match := _FACTORY_RE.match(spec)):
         if backend == "onnxruntime":
             raise ConfigError(f"{spec!r} is a Python factory, which only the torch backend can run; "
                               "use backend=auto or backend=torch")
         made: Backend = _runtime_class("torch").from_factory(match["module"], match["attr"], device=dev,
-                                                             precision=precision)
+                                                             precision=precision, graph=graph)
         return made
     _check_readable(path)
     runtime = backend if backend != "auto" else _BY_SUFFIX.get(path.suffix.lower())
@@ -92,8 +102,11 @@ def load_backend(
         raise UnsupportedModelError(
             f"{path}: no backend for suffix {path.suffix!r}; known suffixes: {', '.join(sorted(_BY_SUFFIX))} "
             "(or force one with backend=torch|onnxruntime)")
+    if runtime != "torch" and graph == "cuda-graph":
+        raise ConfigError(f"graph=cuda-graph needs the torch backend; {path.name} runs on {runtime}")
+    options = {"graph": graph} if runtime == "torch" else {}
     loaded: Backend = _runtime_class(runtime).load(path, device=dev, precision=precision,
-                                                   trust_checkpoint=trust_checkpoint)
+                                                   trust_checkpoint=trust_checkpoint, **options)
     return loaded
 
 

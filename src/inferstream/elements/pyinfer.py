@@ -2,12 +2,19 @@
 
 A thin shell (R6): properties, caps, lifecycle, errors. Inference lives in inferstream.inference and
 inferstream.batching; metadata writing in inferstream.meta.gstanalytics.
+
+CUDA memory: with ``device=cuda`` the pads also offer ``video/x-raw(memory:CUDAMemory)`` (listed first, so
+``nvh264dec ! pyinfer device=cuda`` negotiates it) and the frames are mapped in place on the GPU
+(``frames.cuda.mapped_cuda_frames``): no pixel crosses to the host. The element answers ``gst.cuda.context``
+queries with torch's primary context, so upstream CUDA elements allocate memory torch can read. Where that path
+is unavailable (another device, no GPU for torch, no GStreamer CUDA library) the CUDA caps are withdrawn from caps
+queries and negotiation falls back to system memory (one INFO line says why).
 """
 from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import gi
 
@@ -29,6 +36,51 @@ if TYPE_CHECKING:
 
 FAMILIES = ("auto", "yolo", "yolo-end2end", "yolo-obb", "yolo-obb-end2end")
 SWAP_MESSAGE = "inferstream/model-swapped"
+CUDA_MEMORY: Final = "memory:CUDAMemory"  # GST_CAPS_FEATURE_MEMORY_CUDA_MEMORY
+CUDA_FORMATS: Final = ("NV12", "RGBA", "BGRA", "RGBx", "BGRx", "RGB")
+
+
+def _pad_caps() -> Gst.Caps:
+    """CUDA memory first (preferred when offered), then every system-memory format."""
+    caps = Gst.Caps.from_string(f"video/x-raw({CUDA_MEMORY}), format=(string){{ {', '.join(CUDA_FORMATS)} }}, "
+                                "width=(int)[1, 32767], height=(int)[1, 32767], framerate=(fraction)[0/1, MAX]")
+    caps.append(system_video_caps())
+    return caps
+
+
+def _is_cuda_memory(caps: Gst.Caps, index: int = 0) -> bool:
+    features = caps.get_features(index)
+    return features is not None and features.contains(CUDA_MEMORY)
+
+
+def _without_cuda_memory(caps: Gst.Caps) -> Gst.Caps:
+    if caps.is_any():
+        return caps
+    out = Gst.Caps.new_empty()
+    for i in range(caps.get_size()):
+        if not _is_cuda_memory(caps, i):
+            features = caps.get_features(i)
+            out.append_structure_full(caps.get_structure(i).copy(), features.copy() if features else None)
+    return out
+
+
+def _cuda_memory_unavailable(device: str) -> str | None:
+    """Why ``device`` cannot take CUDA-memory frames, or None when it can."""
+    if not device.startswith("cuda"):
+        return f"device={device}"
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return "torch sees no CUDA device"
+        gi.require_version("GstCuda", "1.0")
+        from gi.repository import GstCuda
+
+        if not GstCuda.cuda_load_library():
+            return "GStreamer's CUDA library could not load libcuda"
+    except (ImportError, ValueError) as exc:
+        return f"no GStreamer CUDA support ({exc})"
+    return None
 
 
 def _parse_size(text: str) -> tuple[int, int] | None:
@@ -64,7 +116,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         "object-detection metadata. Buffers pass through unchanged.",
         "inferstream",
     )
-    __gsttemplates__ = video_templates(system_video_caps())
+    __gsttemplates__ = video_templates(_pad_caps())
 
     model = props.string("Model", "Model file (.onnx, .pt/.pth TorchScript or checkpoint, ultralytics .pt) or "
                          "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap)",
@@ -124,6 +176,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._skip = 0
         self._swap_lock = threading.Lock()
         self._swap_generation = 0
+        self._cuda_memory = False  # the negotiated caps carry memory:CUDAMemory
+        self._cuda: tuple[str, str | None] | None = None  # (device, why CUDA memory is unavailable), per device
+        self._cuda_index: int | None = None
+        self._told_upload = False
         self.connect("notify::model", self._on_model_changed)
 
     # hot swap: the setter stays plain (R7); the notify handler hands the request to a loader thread ----------
@@ -194,6 +250,9 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._producer = producer_quark(self.unique_id)
         self._frame_index = 0
         self._skip = self.interval
+        self._told_upload = False
+        self._cuda = None
+        self._cuda_index = self._group.detector.backend.device.index if self._cuda_ok() else None
         return True
 
     def do_stop(self) -> bool:
@@ -208,7 +267,61 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
         self._info = GstVideo.VideoInfo.new_from_caps(incaps)
+        self._cuda_memory = _is_cuda_memory(incaps)
+        if self._cuda_memory and self._cuda_index is None:
+            Gst.warning(f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
+            return False
+        if not self._cuda_memory and self._cuda_index is not None and not self._told_upload:
+            self._told_upload = True
+            Gst.info(f"{self.get_name()}: system-memory input with device={self._group.cfg.device}: each frame is "
+                     "uploaded (put a CUDA decoder or cudaupload upstream to keep pixels on the GPU)")
         return self._info is not None
+
+    # CUDA memory: caps, context sharing ----------------------------------------------------------------------
+    def _cuda_why(self) -> str | None:
+        """Why this element cannot take CUDA memory now (None: it can); checked once per device setting."""
+        device = self._group.cfg.device if self._group is not None else self.device
+        if self._cuda is None or self._cuda[0] != device:
+            self._cuda = (device, _cuda_memory_unavailable(device))
+            if self._cuda[1] is not None and device.startswith("cuda"):
+                Gst.info(f"{self.get_name()}: CUDA-memory input disabled ({self._cuda[1]}): negotiating system "
+                         "memory")
+        return self._cuda[1]
+
+    def _cuda_ok(self) -> bool:
+        return self._cuda_why() is None
+
+    def do_gst_base_transform_query(self, direction: Gst.PadDirection, query: Gst.Query) -> bool:
+        """GstBaseTransform's ``query`` (PyGObject needs the qualified name: GstElement has a ``query`` too)."""
+        if query.type == Gst.QueryType.CONTEXT and self._cuda_ok():
+            from inferstream.frames.cuda import answer_context_query
+
+            try:
+                if answer_context_query(self, query, self._device_index()):
+                    return True
+            except Exception as exc:  # a query must not raise through C (R8); the mapping reports mismatches
+                Gst.warning(f"{self.get_name()}: cannot answer the CUDA context query: {exc}")
+        handled: bool = GstBase.BaseTransform.do_query(self, direction, query)
+        if handled and query.type == Gst.QueryType.CAPS and not self._cuda_ok():
+            query.set_caps_result(_without_cuda_memory(query.parse_caps_result()))
+        return handled
+
+    def do_set_context(self, context: Gst.Context) -> None:
+        from inferstream.frames.cuda import CUDA_CONTEXT_TYPE, check_gst_context
+
+        if context.get_context_type() == CUDA_CONTEXT_TYPE and self._cuda_ok():
+            try:
+                check_gst_context(context, self._device_index())
+            except Exception as exc:  # CudaContextMismatchError: upstream would hand us memory torch cannot read
+                post_error(self, exc, "CUDA context mismatch")
+        GstBase.BaseTransform.do_set_context(self, context)
+
+    def _device_index(self) -> int | None:
+        if self._cuda_index is not None:
+            return self._cuda_index
+        import torch
+
+        return torch.device(self.device).index
 
     def do_sink_event(self, event: Gst.Event) -> bool:
         if self._group is not None:
@@ -225,14 +338,21 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     # streaming ----------------------------------------------------------------------------------------------
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
-        from inferstream.frames.system import mapped_frame
         from inferstream.meta.gstanalytics import write_detections
 
         index, self._frame_index = self._frame_index, self._frame_index + 1
         if self._skip and index % (self._skip + 1):
             return Gst.FlowReturn.OK
         try:
-            with mapped_frame(buf, self._info) as frame:
+            if self._cuda_memory:
+                from inferstream.frames.cuda import mapped_cuda_frames
+
+                mapping = mapped_cuda_frames(buf, self._info, device=self._cuda_index)
+            else:
+                from inferstream.frames.system import mapped_frame
+
+                mapping = mapped_frame(buf, self._info)
+            with mapping as frame:
                 dets, detector = self._group.infer(frame, self._params)
             write_detections(buf, dets, self._label_quarks(detector.labels), self._producer)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
