@@ -104,3 +104,17 @@ Gst.Element.register(None, "testinject", Gst.Rank.NONE, MetaInjector)
 def inject(name: str, fn: Callable[[Gst.Buffer, int], None]) -> None:
     """Register ``fn(buffer, index)`` for the ``testinject`` element called ``name``."""
     _INJECTORS[name] = fn
+
+
+def labelled_boxes(buf: Gst.Buffer) -> tuple[list[str], Any]:
+    """The buffer's detections as (label names, boxes_xyxy ndarray [N, 4]), sorted by label name."""
+    import numpy as np
+
+    from inferstream.meta.gstanalytics import read_detections
+
+    meta = read_detections(buf)
+    if meta is None:
+        return [], np.zeros((0, 4))
+    names = [meta.label_names[i] for i in meta.dets.labels.tolist()]
+    order = np.argsort(names)
+    return [names[i] for i in order], meta.dets.boxes_xyxy.numpy()[order]

@@ -12,7 +12,7 @@ import torch
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
 from gi.repository import GLib, Gst, GstAnalytics  # noqa: E402
-from gst_helpers import run_pipeline  # noqa: E402
+from gst_helpers import labelled_boxes, run_pipeline  # noqa: E402
 
 from inferstream.meta.gstanalytics import read_detections  # noqa: E402
 
@@ -24,15 +24,6 @@ def _relation_metas(buf: Gst.Buffer) -> int:
     return buf.get_n_meta(GstAnalytics.relation_meta_api_get_type())
 
 
-def _boxes(buf: Gst.Buffer) -> tuple[list[str], np.ndarray]:
-    meta = read_detections(buf)
-    if meta is None:
-        return [], np.zeros((0, 4))
-    names = [meta.label_names[i] for i in meta.dets.labels.tolist()]
-    order = np.argsort(names)
-    return [names[i] for i in order], meta.dets.boxes_xyxy.numpy()[order]
-
-
 @pytest.mark.parametrize("fmt", ["BGR", "RGBA", "BGRA", "RGBx", "BGRx", "NV12", "I420"])
 def test_pyinfer_formats_give_the_rgb_boxes(fmt: str) -> None:
     """Odd width 333 makes GStreamer pad rows (strides): views must honour them."""
@@ -40,7 +31,7 @@ def test_pyinfer_formats_give_the_rgb_boxes(fmt: str) -> None:
     base = f"videotestsrc pattern=smpte num-buffers=2 ! video/x-raw,format=RGB,{caps} ! tee name=t "
     desc = (base + f"t. ! queue ! pyinfer name=ref {BLOBS} ! fakesink "
             f"t. ! queue ! videoconvert ! video/x-raw,format={fmt},{caps} ! pyinfer name=dut {BLOBS} ! fakesink")
-    result = run_pipeline(desc, {"ref": _boxes, "dut": _boxes}, timeout_s=60)
+    result = run_pipeline(desc, {"ref": labelled_boxes, "dut": labelled_boxes}, timeout_s=60)
     assert result.eos and not result.errors
     (ref_names, ref_boxes), (dut_names, dut_boxes) = result.seen["ref"][0], result.seen["dut"][0]
     assert ref_names == dut_names == ["blue", "green", "red"]
@@ -49,7 +40,7 @@ def test_pyinfer_formats_give_the_rgb_boxes(fmt: str) -> None:
 
 def test_pyinfer_blob_boxes_are_where_the_bars_are() -> None:
     result = run_pipeline(f"videotestsrc pattern=smpte num-buffers=1 ! video/x-raw,format=RGB,width=700,height=300 "
-                          f"! pyinfer name=dut {BLOBS} ! fakesink", {"dut": _boxes})
+                          f"! pyinfer name=dut {BLOBS} ! fakesink", {"dut": labelled_boxes})
     names, boxes = result.seen["dut"][0]
     red = boxes[names.index("red")]
     # SMPTE: the red bar is the 6th of 7 top bars (x 500..600), 2/3 of the height
@@ -144,6 +135,6 @@ def test_pyinfer_exception_during_inference_is_a_bus_error_not_a_hang() -> None:
 def test_pyinfer_user_postprocess_function_is_used() -> None:
     result = run_pipeline("videotestsrc pattern=smpte num-buffers=2 ! video/x-raw,format=RGB,width=320,height=240 "
                           f"! pyinfer name=dut {BLOBS} postprocess=blobs:only_red_postprocess ! fakesink",
-                          {"dut": _boxes})
+                          {"dut": labelled_boxes})
     assert not result.errors
     assert all(names == ["red"] for names, _ in result.seen["dut"])

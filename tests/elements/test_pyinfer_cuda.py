@@ -17,9 +17,8 @@ import torch
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst  # noqa: E402
-from gst_helpers import run_pipeline  # noqa: E402
+from gst_helpers import labelled_boxes, run_pipeline  # noqa: E402
 
-from inferstream.meta.gstanalytics import read_detections  # noqa: E402
 
 CUDA_MEMORY = "memory:CUDAMemory"
 BLOBS = "model=blobs:color_blob_detector model-family=yolo-end2end labels=red,green,blue precision=fp32"
@@ -73,15 +72,6 @@ def test_pyinfer_cuda_device_offers_cuda_memory_when_available() -> None:
 
 
 # --- the CUDA path ---------------------------------------------------------------------------------------------
-def _boxes(buf: Gst.Buffer) -> tuple[list[str], np.ndarray]:
-    meta = read_detections(buf)
-    if meta is None:
-        return [], np.zeros((0, 4))
-    names = [meta.label_names[i] for i in meta.dets.labels.tolist()]
-    order = np.argsort(names)
-    return [names[i] for i in order], meta.dets.boxes_xyxy.numpy()[order]
-
-
 H264 = ("videotestsrc pattern=smpte num-buffers=3 ! video/x-raw,format=I420,width=640,height=360 ! "
         "x264enc speed-preset=ultrafast tune=zerolatency ! h264parse ! nvh264dec ! ")
 
@@ -91,7 +81,7 @@ def test_pyinfer_nvh264dec_cuda_memory_boxes_match_the_system_memory_path() -> N
     caps_seen: list[str] = []
 
     def cuda_boxes(buf: Gst.Buffer) -> tuple[list[str], np.ndarray]:
-        return _boxes(buf)
+        return labelled_boxes(buf)
 
     desc = (H264 + "tee name=t "
             f"t. ! queue ! pyinfer name=gpu device=cuda batch-group=cuda-a {BLOBS} ! fakesink "
@@ -103,7 +93,7 @@ def test_pyinfer_nvh264dec_cuda_memory_boxes_match_the_system_memory_path() -> N
         pad.add_probe(Gst.PadProbeType.BUFFER,
                       lambda p, _i: (caps_seen.append(p.get_current_caps().to_string()), Gst.PadProbeReturn.OK)[1])
 
-    result = run_pipeline(desc, {"gpu": cuda_boxes, "sys": _boxes}, timeout_s=60, before_play=started)
+    result = run_pipeline(desc, {"gpu": cuda_boxes, "sys": labelled_boxes}, timeout_s=60, before_play=started)
     assert result.eos and not result.errors, result.errors
     assert caps_seen and all(CUDA_MEMORY in c for c in caps_seen), caps_seen[:1]
     assert len(result.seen["gpu"]) == len(result.seen["sys"]) == 3
@@ -115,7 +105,7 @@ def test_pyinfer_nvh264dec_cuda_memory_boxes_match_the_system_memory_path() -> N
 @needs_nvcodec
 def test_pyinfer_cuda_device_on_system_memory_still_works() -> None:
     desc = H264 + f"cudadownload ! video/x-raw,format=NV12 ! pyinfer name=dut device=cuda {BLOBS} ! fakesink"
-    result = run_pipeline(desc, {"dut": _boxes}, timeout_s=60)
+    result = run_pipeline(desc, {"dut": labelled_boxes}, timeout_s=60)
     assert result.eos and not result.errors
     assert [names for names, _ in result.seen["dut"]] == [["blue", "green", "red"]] * 3
 
