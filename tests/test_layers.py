@@ -22,7 +22,7 @@ def test_core_layers_do_not_import_gi() -> None:
 def test_plugin_scan_imports_no_torch() -> None:
     """gst-python imports every plugin file at scan time: torch must load only when an element starts."""
     files = sorted(PLUGINS.glob("*.py"))
-    assert {f.stem for f in files} >= {"pyinfer", "pyosd", "pytracker"}
+    assert {f.stem for f in files} >= {"pyinfer", "pyosd", "pytracker", "pymsgconv", "pymsgbroker"}
     code = ("import gi, runpy, sys; gi.require_version('Gst', '1.0'); from gi.repository import Gst; Gst.init(None);"
             f" [runpy.run_path(p) for p in {[str(f) for f in files]!r}];"
             " print('torch' in sys.modules, 'numpy' in sys.modules)")

@@ -77,10 +77,6 @@ def test_run_unreachable_rtsp_fails_that_stream_only(clips: list[Path]) -> None:
 
 
 def test_run_messages_publish_one_payload_per_frame_per_stream(tmp_path: Path) -> None:
-    from inferstream.app import gstprops
-
-    if not (gstprops.element_available("pymsgconv") and gstprops.element_available("pymsgbroker")):
-        pytest.skip("pymsgconv / pymsgbroker are not registered")
     cfg = {"sources": [{"id": "bars", "test": "smpte", "num-buffers": 7, "width": 160, "height": 120},
                        {"id": "ball", "test": "ball", "num-buffers": 4, "width": 160, "height": 120}],
            "infer": BLOBS,
