@@ -33,6 +33,7 @@ gi.require_version("GstBase", "1.0")
 from gi.repository import GObject, Gst, GstBase  # noqa: E402
 
 from inferstream.elements import _props as props  # noqa: E402
+from inferstream.elements._caps import any_video_caps, video_templates  # noqa: E402
 from inferstream.elements._errors import post_error  # noqa: E402
 from inferstream.elements._stream import read_stream_info  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from inferstream.messaging.schema import MsgConverter
 
 NTP_TO_UNIX_NS: Final = 2_208_988_800 * 1_000_000_000  # 1900-01-01 -> 1970-01-01
-_ANY_VIDEO = Gst.Caps.from_string("video/x-raw(ANY)")
 
 
 # -- the element ------------------------------------------------------------------------------------------------
@@ -67,8 +67,7 @@ class PyMsgConv(GstBase.BaseTransform):  # type: ignore[misc]
          "ones, and attaches them as an inferstream-payload custom meta for pymsgbroker; buffers pass unchanged"),
         "inferstream",
     )
-    __gsttemplates__ = (Gst.PadTemplate.new("sink", Gst.PadDirection.SINK, Gst.PadPresence.ALWAYS, _ANY_VIDEO),
-                        Gst.PadTemplate.new("src", Gst.PadDirection.SRC, Gst.PadPresence.ALWAYS, _ANY_VIDEO))
+    __gsttemplates__ = video_templates(any_video_caps())
 
     schema = props.choice("Schema", "Payload schema: DeepStream full (one message per object), DeepStream minimal "
                           "(one per frame), or inferstream's compact per-frame / per-object JSON", SCHEMAS,

@@ -17,6 +17,7 @@ gi.require_version("GstBase", "1.0")
 from gi.repository import GObject, Gst, GstBase  # noqa: E402
 
 from inferstream.elements import _props as props  # noqa: E402
+from inferstream.elements._caps import any_video_caps, video_templates  # noqa: E402
 from inferstream.elements._errors import post_error  # noqa: E402
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from inferstream.meta.gstanalytics import FrameMeta
     from inferstream.tracking import Tracker, TrackResult
 
-_ANY_VIDEO = Gst.Caps.from_string("video/x-raw(ANY)")
 _DEFAULT_FRAME_NS = 33_333_333  # used only when buffers carry no pts
 
 
@@ -38,8 +38,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         "detector skipped",
         "inferstream",
     )
-    __gsttemplates__ = (Gst.PadTemplate.new("sink", Gst.PadDirection.SINK, Gst.PadPresence.ALWAYS, _ANY_VIDEO),
-                        Gst.PadTemplate.new("src", Gst.PadDirection.SRC, Gst.PadPresence.ALWAYS, _ANY_VIDEO))
+    __gsttemplates__ = video_templates(any_video_caps())
 
     algorithm = props.string("Algorithm", "Tracker algorithm (bytetrack)", "bytetrack")
     high_threshold = props.number("High threshold", "Detections scoring at least this are matched first and may "
