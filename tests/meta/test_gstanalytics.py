@@ -77,3 +77,29 @@ def test_read_detections_without_meta_is_none() -> None:
 
 def test_label_quarks_are_the_label_strings() -> None:
     assert [GLib.quark_to_string(q) for q in label_quarks(["person", "bus"])] == ["person", "bus"]
+
+
+def test_read_detections_reads_metadata_written_through_pygobject() -> None:
+    """The reader goes through ctypes: it must see what any other writer (here PyGObject) attached, relations
+    included, and ignore mtd types it does not know."""
+    buf = Gst.Buffer.new_allocate(None, 16, None)
+    rmeta = GstAnalytics.buffer_add_analytics_relation_meta(buf)
+    _, od_a = rmeta.add_od_mtd(GLib.quark_from_string("dog"), 5, 6, 30, 40, 0.75)
+    _, od_b = rmeta.add_oriented_od_mtd(GLib.quark_from_string("ship"), 100, 50, 80, 20, 0.5, 0.6)
+    _, other_cls = rmeta.add_one_cls_mtd(0.3, GLib.quark_from_string("not-a-producer"))
+    _, producer = rmeta.add_one_cls_mtd(1.0, producer_quark(3))
+    rmeta.set_relation(GstAnalytics.RelTypes.CONTAIN, producer.id, od_b.id)
+    rmeta.set_relation(GstAnalytics.RelTypes.CONTAIN, other_cls.id, od_a.id)
+    _, trk = rmeta.add_tracking_mtd(77, 5)
+    rmeta.set_relation(GstAnalytics.RelTypes.RELATE_TO, od_b.id, trk.id)
+    meta = read_detections(buf)
+    assert meta is not None and meta.od_ids == (od_a.id, od_b.id)
+    assert meta.label_names == ("dog", "ship") and meta.dets.labels.tolist() == [0, 1]
+    torch.testing.assert_close(meta.dets.boxes_xyxy, torch.tensor([[5.0, 6.0, 35.0, 46.0], [100.0, 50.0, 180.0, 70.0]]))
+    torch.testing.assert_close(meta.dets.scores, torch.tensor([0.75, 0.6]))
+    assert meta.dets.angles_rad is not None and abs(meta.dets.angles_rad[1].item() - 0.5) < 1e-6
+    assert meta.producers == (-1, 3) and meta.inferred_by == frozenset({3})
+    assert meta.dets.track_ids is not None and meta.dets.track_ids.tolist() == [-1, 77]
+    only_three = read_detections(buf, unique_id=3)
+    assert only_three is not None and only_three.od_ids == (od_b.id,)
+

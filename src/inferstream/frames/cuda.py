@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.errors import ConfigError, UnsupportedFormatError
 from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
+from inferstream.gstnative import bind, buffer_address, cdll, pydll
 
 if TYPE_CHECKING:
     import torch
@@ -222,31 +223,25 @@ class _Native:
     cuda_gst: ctypes.CDLL
 
 
-def _proto(fn: Any, restype: Any, *argtypes: Any) -> None:
-    fn.restype, fn.argtypes = restype, list(argtypes)
-
-
 @functools.cache
 def _native() -> _Native:
-    gst, cg = ctypes.CDLL("libgstreamer-1.0.so.0"), ctypes.CDLL("libgstcuda-1.0.so.0")
+    """Per-frame calls, bound to keep the GIL (``gstnative``): none of them waits on the GPU."""
+    gst, cg = pydll("libgstreamer-1.0.so.0"), pydll("libgstcuda-1.0.so.0")
     vp, i = ctypes.c_void_p, ctypes.c_int
-    _proto(gst.gst_buffer_n_memory, ctypes.c_uint, vp)
-    _proto(gst.gst_buffer_peek_memory, vp, vp, ctypes.c_uint)
-    _proto(gst.gst_memory_map, i, vp, ctypes.POINTER(GstMapInfoC), i)
-    _proto(gst.gst_memory_unmap, None, vp, ctypes.POINTER(GstMapInfoC))
-    _proto(cg.gst_is_cuda_memory, i, vp)
-    _proto(cg.gst_cuda_memory_get_stream, vp, vp)
-    _proto(cg.gst_cuda_stream_get_handle, vp, vp)
-    _proto(cg.gst_cuda_context_get_handle, vp, vp)
+    bind(gst, [("gst_buffer_n_memory", ctypes.c_uint, (vp,)), ("gst_buffer_peek_memory", vp, (vp, ctypes.c_uint)),
+               ("gst_memory_map", i, (vp, ctypes.POINTER(GstMapInfoC), i)),
+               ("gst_memory_unmap", None, (vp, ctypes.POINTER(GstMapInfoC)))])
+    bind(cg, [("gst_is_cuda_memory", i, (vp,)), ("gst_cuda_memory_get_stream", vp, (vp,)),
+              ("gst_cuda_stream_get_handle", vp, (vp,)), ("gst_cuda_context_get_handle", vp, (vp,))])
     return _Native(gst, cg)
 
 
 @functools.cache
 def _libcuda() -> ctypes.CDLL:
-    cu = ctypes.CDLL("libcuda.so.1")
-    _proto(cu.cuInit, ctypes.c_int, ctypes.c_uint)
-    _proto(cu.cuDeviceGet, ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.c_int)
-    _proto(cu.cuDevicePrimaryCtxRetain, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+    cu = cdll("libcuda.so.1")
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    bind(cu, [("cuInit", i, (ctypes.c_uint,)), ("cuDeviceGet", i, (ctypes.POINTER(i), i)),
+              ("cuDevicePrimaryCtxRetain", i, (ctypes.POINTER(vp), i))])
     return cu
 
 
@@ -431,15 +426,9 @@ def share_torch_context(target: Gst.Element | Gst.Bus, device: int | None = None
 # ---------------------------------------------------------------------------------------------------------------
 # Mapping
 # ---------------------------------------------------------------------------------------------------------------
-def _buffer_address(buf: Gst.Buffer) -> int:
-    """``GstBuffer*`` of a gst-python buffer: ``__ptr__()`` since 1.28, the boxed hash (the pointer) before."""
-    ptr = buf.__ptr__() if hasattr(buf, "__ptr__") else hash(buf)
-    return int(ptr)
-
-
 def _cuda_memory(buf: Gst.Buffer) -> int:
     nat = _native()
-    addr = _buffer_address(buf)
+    addr = buffer_address(buf)
     n = nat.gst.gst_buffer_n_memory(addr)
     if n != 1:
         raise UnsupportedFormatError(f"CUDA buffer: expected 1 memory holding every plane, got {n}")
@@ -462,15 +451,22 @@ def _memory_layout(cmem: GstCudaMemoryC, info: GstVideo.VideoInfo) -> tuple[list
     return list(minfo.stride[:n]), list(minfo.offset[:n])
 
 
+_EXTERNAL_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}
+
+
 def _gst_stream(mem: int, device: torch.device) -> torch.cuda.Stream:
-    """The torch view of the memory's CUDA stream (the default stream when it has none)."""
+    """The torch view of the memory's CUDA stream (the default stream when it has none), one per handle."""
     import torch
 
     nat = _native()
     handle = nat.cuda_gst.gst_cuda_stream_get_handle(nat.cuda_gst.gst_cuda_memory_get_stream(mem))
     if not handle:
         return torch.cuda.default_stream(device)
-    return torch.cuda.ExternalStream(int(handle), device=device)
+    key = (int(handle), device.index or 0)
+    stream = _EXTERNAL_STREAMS.get(key)
+    if stream is None:  # GStreamer keeps its streams for the life of its elements: few handles, reused
+        stream = _EXTERNAL_STREAMS.setdefault(key, torch.cuda.ExternalStream(int(handle), device=device))
+    return stream
 
 
 @contextmanager

@@ -7,24 +7,23 @@ Conventions (see DESIGN.md "Metadata contract"):
   * the producer (nvinfer's ``unique-id``) is recoverable: one ``ClsMtd`` per producer and buffer with quark
     ``inferstream/producer/<id>``, related ``CONTAIN`` to each ODMtd it produced;
   * tracking: a ``TrackingMtd`` related ``RELATE_TO`` from the ODMtd (what objectdetectionoverlay and ioutracker use).
-Works with GStreamer 1.26 and 1.28 (only API present in both is used; ``rmeta.iterate``/``exist`` segfault in 1.26.2).
+Works with GStreamer 1.26 and 1.28. The per-object calls go through ctypes (``_analytics_c``), not PyGObject: the
+GI calls released the GIL each time, which made metadata cost milliseconds per frame with many streaming threads.
 """
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import gi
-
-gi.require_version("Gst", "1.0")
-gi.require_version("GLib", "2.0")
-gi.require_version("GstAnalytics", "1.0")
-from gi.repository import GLib, Gst, GstAnalytics  # noqa: E402
-
-from inferstream.errors import MetaWriteError  # noqa: E402
+from inferstream.errors import MetaWriteError
+from inferstream.gstnative import buffer_address
+from inferstream.meta._analytics_c import REL_CONTAIN, REL_RELATE_TO, Mtd, analytics, quark, quark_name
 
 if TYPE_CHECKING:
+    from gi.repository import Gst
+
     from inferstream.detections import Detections
 
 PRODUCER_PREFIX = "inferstream/producer/"
@@ -32,21 +31,20 @@ PRODUCER_PREFIX = "inferstream/producer/"
 
 def label_quarks(labels: Sequence[str]) -> list[int]:
     """Quarks for a model's label table; quarks are never freed, so only bounded label sets go here."""
-    return [GLib.quark_from_string(name) for name in labels]
+    return [quark(name) for name in labels]
 
 
 def producer_quark(unique_id: int) -> int:
-    return GLib.quark_from_string(f"{PRODUCER_PREFIX}{unique_id}")
+    return quark(f"{PRODUCER_PREFIX}{unique_id}")
 
 
-def relation_meta(buf: Gst.Buffer) -> GstAnalytics.RelationMeta:
-    """The buffer's relation meta, added when absent (the buffer must be writable)."""
-    rmeta = GstAnalytics.buffer_get_analytics_relation_meta(buf)
-    if rmeta is None:
-        rmeta = GstAnalytics.buffer_add_analytics_relation_meta(buf)
-    if rmeta is None:
+def _relation_meta(buf: Gst.Buffer) -> int:
+    """Address of the buffer's relation meta, added when absent (the buffer must be writable)."""
+    lib, addr = analytics().lib, buffer_address(buf)
+    rmeta = lib.gst_buffer_get_analytics_relation_meta(addr) or lib.gst_buffer_add_analytics_relation_meta(addr)
+    if not rmeta:
         raise MetaWriteError("cannot add GstAnalyticsRelationMeta (buffer not writable?)")
-    return rmeta
+    return int(rmeta)
 
 
 def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int], producer: int | None = None) -> list[int]:
@@ -58,30 +56,34 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int], p
         quarks: label quark per class index (``label_quarks``).
         producer: the quark from ``producer_quark`` or None to not record the producer.
     """
-    rmeta = relation_meta(buf)
+    lib = analytics().lib
+    rmeta = _relation_meta(buf)
     # ODMtd holds whole pixels: round the edges (not x and w separately) so each edge is off by at most 0.5 px
     edges = dets.boxes_xyxy.round()
     xywh = zip(edges[:, :2].int().tolist(), (edges[:, 2:] - edges[:, :2]).int().tolist())
     scores, labels = dets.scores.tolist(), dets.labels.tolist()
+    od = Mtd()
+    ref = ctypes.byref(od)
     ids: list[int] = []
     if dets.angles_rad is None:
+        add = lib.gst_analytics_relation_meta_add_od_mtd
         for ((x, y), (w, h)), score, label in zip(xywh, scores, labels):
-            ok, od = rmeta.add_od_mtd(quarks[label], x, y, w, h, score)
-            if not ok:
+            if not add(rmeta, quarks[label], x, y, w, h, score, ref):
                 raise MetaWriteError(f"add_od_mtd failed for label {label}")
             ids.append(od.id)
     else:
+        add_oriented = lib.gst_analytics_relation_meta_add_oriented_od_mtd
         for ((x, y), (w, h)), r, score, label in zip(xywh, dets.angles_rad.tolist(), scores, labels):
-            ok, od = rmeta.add_oriented_od_mtd(quarks[label], x, y, w, h, r, score)
-            if not ok:
+            if not add_oriented(rmeta, quarks[label], x, y, w, h, r, score, ref):
                 raise MetaWriteError(f"add_oriented_od_mtd failed for label {label}")
             ids.append(od.id)
     if producer is not None:  # recorded even without detections: "this producer looked at this frame"
-        ok, cls = rmeta.add_one_cls_mtd(1.0, producer)
-        if not ok:
+        cls = Mtd()
+        if not lib.gst_analytics_relation_meta_add_one_cls_mtd(rmeta, 1.0, producer, ctypes.byref(cls)):
             raise MetaWriteError("add_one_cls_mtd failed for the producer record")
+        relate = lib.gst_analytics_relation_meta_set_relation
         for od_id in ids:
-            rmeta.set_relation(GstAnalytics.RelTypes.CONTAIN, cls.id, od_id)
+            relate(rmeta, REL_CONTAIN, cls.id, od_id)
     return ids
 
 
@@ -98,15 +100,19 @@ class TrackRecord:
 
 def write_tracks(buf: Gst.Buffer, records: Sequence[TrackRecord]) -> None:
     """Add one TrackingMtd per record, related RELATE_TO from its ODMtd."""
-    rmeta = relation_meta(buf)
+    if not records:
+        return
+    lib = analytics().lib
+    rmeta = _relation_meta(buf)
+    trk = Mtd()
+    ref = ctypes.byref(trk)
     for rec in records:
-        ok, trk = rmeta.add_tracking_mtd(rec.track_id, rec.first_seen_ns)
-        if not ok:
+        if not lib.gst_analytics_relation_meta_add_tracking_mtd(rmeta, rec.track_id, rec.first_seen_ns, ref):
             raise MetaWriteError(f"add_tracking_mtd failed for track {rec.track_id}")
-        trk.update_last_seen(rec.last_seen_ns)
+        lib.gst_analytics_tracking_mtd_update_last_seen(ref, rec.last_seen_ns)
         if rec.lost:
-            trk.set_lost()
-        rmeta.set_relation(GstAnalytics.RelTypes.RELATE_TO, rec.od_id, trk.id)
+            lib.gst_analytics_tracking_mtd_set_lost(ref)
+        lib.gst_analytics_relation_meta_set_relation(rmeta, REL_RELATE_TO, rec.od_id, trk.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,72 +135,113 @@ class FrameMeta:
     inferred_by: frozenset[int]
 
 
-def _producers_by_od(rmeta: GstAnalytics.RelationMeta, ods: list[GstAnalytics.ODMtd],
-                     clss: list[GstAnalytics.ClsMtd]) -> tuple[list[int], frozenset[int]]:
+def _by_type(rmeta: int) -> tuple[list[int], list[int], list[int]]:
+    """Ids of the ODMtds, ClsMtds and TrackingMtds of a relation meta, in id order."""
+    api = analytics()
+    mtd_type = api.lib.gst_analytics_mtd_get_mtd_type
+    handle = Mtd(0, rmeta)
+    ref = ctypes.byref(handle)
+    ods: list[int] = []
+    clss: list[int] = []
+    trks: list[int] = []
+    lists = {api.od_type: ods, api.cls_type: clss, api.tracking_type: trks}
+    for i in range(api.lib.gst_analytics_relation_get_length(rmeta)):
+        handle.id = i
+        found = lists.get(mtd_type(ref))
+        if found is not None:
+            found.append(i)
+    return ods, clss, trks
+
+
+def _producers_by_od(rmeta: int, ods: list[int], clss: list[int]) -> tuple[list[int], frozenset[int]]:
+    """Producer id of each ODMtd (-1: none recorded) and every producer recorded on the buffer."""
+    api = analytics()
+    row_of = {od_id: row for row, od_id in enumerate(ods)}
     out = [-1] * len(ods)
     present = set()
-    for cls in clss:
-        name = GLib.quark_to_string(cls.get_quark(0)) or ""
+    cls, od = Mtd(0, rmeta), Mtd()
+    for cls_id in clss:
+        cls.id = cls_id
+        name = quark_name(api.lib.gst_analytics_cls_mtd_get_quark(ctypes.byref(cls), 0))
         if not name.startswith(PRODUCER_PREFIX):
             continue
         uid = int(name[len(PRODUCER_PREFIX):])
         present.add(uid)
-        for i, od in enumerate(ods):
-            if rmeta.get_relation(cls.id, od.id) & GstAnalytics.RelTypes.CONTAIN:
-                out[i] = uid
+        for od_id in _related(rmeta, cls_id, REL_CONTAIN, api.od_type, od):
+            out[row_of[od_id]] = uid
     return out, frozenset(present)
 
 
-def _track_ids(rmeta: GstAnalytics.RelationMeta, ods: list[GstAnalytics.ODMtd],
-               trks: list[GstAnalytics.TrackingMtd]) -> list[int] | None:
+def _related(rmeta: int, mtd_id: int, relation: int, mtd_type: int, out: Mtd) -> list[int]:
+    """Ids of the mtds of ``mtd_type`` that ``mtd_id`` relates to with ``relation`` (directed), in id order."""
+    get = analytics().lib.gst_analytics_relation_meta_get_direct_related
+    state, ref, ids = ctypes.c_void_p(None), ctypes.byref(out), []
+    state_ref = ctypes.byref(state)
+    while get(rmeta, mtd_id, relation, mtd_type, state_ref, ref):
+        ids.append(out.id)
+    return ids
+
+
+def _track_ids(rmeta: int, ods: list[int], trks: list[int]) -> list[int] | None:
+    """Track id of each ODMtd (the first TrackingMtd it relates to; -1: untracked), None without TrackingMtds."""
     if not trks:
         return None
-    out = [-1] * len(ods)
-    for i, od in enumerate(ods):
-        for trk in trks:
-            if rmeta.get_relation(od.id, trk.id) & GstAnalytics.RelTypes.RELATE_TO:
-                out[i] = trk.get_info()[1]
-                break
+    api = analytics()
+    get = api.lib.gst_analytics_relation_meta_get_direct_related
+    info = api.lib.gst_analytics_tracking_mtd_get_info
+    trk = Mtd()
+    track_id, first, last, lost = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
+    out = []
+    for od_id in ods:
+        state = ctypes.c_void_p(None)
+        if get(rmeta, od_id, REL_RELATE_TO, api.tracking_type, ctypes.byref(state), ctypes.byref(trk)):
+            info(ctypes.byref(trk), ctypes.byref(track_id), ctypes.byref(first), ctypes.byref(last),
+                 ctypes.byref(lost))
+            out.append(int(track_id.value))
+        else:
+            out.append(-1)
     return out
 
 
 def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta | None:
     """Read every ODMtd of ``buf`` (optionally only those of producer ``unique_id``); None without relation meta."""
+    import numpy as np
     import torch
 
     from inferstream.detections import Detections
 
-    rmeta = GstAnalytics.buffer_get_analytics_relation_meta(buf)
-    if rmeta is None:
+    api = analytics()
+    rmeta = api.lib.gst_buffer_get_analytics_relation_meta(buffer_address(buf))
+    if not rmeta:
         return None
-    ods: list[GstAnalytics.ODMtd] = []
-    clss: list[GstAnalytics.ClsMtd] = []
-    trks: list[GstAnalytics.TrackingMtd] = []
-    for mtd in rmeta:
-        if isinstance(mtd, GstAnalytics.ODMtd):
-            ods.append(mtd)
-        elif isinstance(mtd, GstAnalytics.ClsMtd):
-            clss.append(mtd)
-        elif isinstance(mtd, GstAnalytics.TrackingMtd):
-            trks.append(mtd)
+    ods, clss, trks = _by_type(rmeta)
     producers, present = _producers_by_od(rmeta, ods, clss)
     if unique_id is not None:
         keep = [i for i, p in enumerate(producers) if p == unique_id]
         ods, producers = [ods[i] for i in keep], [producers[i] for i in keep]
     names: dict[str, int] = {}
-    rows: list[list[float]] = []
+    rows: list[tuple[int, int, int, int, float, float]] = []
     labels: list[int] = []
-    for od in ods:
-        _, x, y, w, h, r, conf = od.get_oriented_location()
-        rows.append([x, y, x + w, y + h, conf, r])
-        labels.append(names.setdefault(GLib.quark_to_string(od.get_obj_type()), len(names)))
-    table = torch.tensor(rows, dtype=torch.float32).reshape(-1, 6)
+    od = Mtd(0, rmeta)
+    ref = ctypes.byref(od)
+    x, y, w, h, r, conf = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_float(),
+                           ctypes.c_float())
+    location_refs = tuple(ctypes.byref(v) for v in (x, y, w, h, r, conf))
+    location, obj_type = api.lib.gst_analytics_od_mtd_get_oriented_location, api.lib.gst_analytics_od_mtd_get_obj_type
+    for od_id in ods:
+        od.id = od_id
+        location(ref, *location_refs)
+        rows.append((x.value, y.value, w.value, h.value, conf.value, r.value))
+        labels.append(names.setdefault(quark_name(obj_type(ref)), len(names)))
+    table = np.array(rows, dtype=np.float32).reshape(-1, 6)
+    table[:, 2:4] += table[:, 0:2]  # x, y, w, h -> x1, y1, x2, y2
     tracks = _track_ids(rmeta, ods, trks)
+    boxes = torch.from_numpy(table)
     dets = Detections(
-        boxes_xyxy=table[:, :4].contiguous(),
-        scores=table[:, 4].contiguous(),
+        boxes_xyxy=boxes[:, :4].contiguous(),
+        scores=boxes[:, 4].contiguous(),
         labels=torch.tensor(labels, dtype=torch.int64),
-        angles_rad=table[:, 5].contiguous() if bool((table[:, 5] != 0).any()) else None,
+        angles_rad=boxes[:, 5].contiguous() if bool((table[:, 5] != 0).any()) else None,
         track_ids=None if tracks is None else torch.tensor(tracks, dtype=torch.int64),
     )
-    return FrameMeta(dets, tuple(names), tuple(od.id for od in ods), tuple(producers), present)
+    return FrameMeta(dets, tuple(names), tuple(ods), tuple(producers), present)

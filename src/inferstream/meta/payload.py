@@ -25,6 +25,8 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst  # noqa: E402
 
+from inferstream.gstnative import buffer_address  # noqa: E402
+
 PAYLOAD_META: Final = "inferstream-payload"
 
 
@@ -75,11 +77,6 @@ def register_payload_meta() -> None:
     _native()
 
 
-def _buffer_address(buf: Gst.Buffer) -> int:
-    """``GstBuffer*``: ``__ptr__()`` since gst-python 1.28, the boxed hash (the pointer) before."""
-    return int(buf.__ptr__() if hasattr(buf, "__ptr__") else hash(buf))
-
-
 def _value(gtype: int, setter: str, value: object) -> _GValue:
     gobj = _native()[1]
     v = _GValue()
@@ -95,7 +92,7 @@ def attach_payloads(buf: Gst.Buffer, payloads: list[bytes], *, schema: str, stre
         ValueError: the buffer is not writable (the meta cannot be added).
     """
     gst, gobj, _ = _native()
-    meta = gst.gst_buffer_add_custom_meta(_buffer_address(buf), PAYLOAD_META.encode())
+    meta = gst.gst_buffer_add_custom_meta(buffer_address(buf), PAYLOAD_META.encode())
     if not meta:
         raise ValueError("cannot add the inferstream-payload meta (buffer not writable?)")
     structure = gst.gst_custom_meta_get_structure(meta)
@@ -117,7 +114,7 @@ def _string(gobj: Any, value: Any) -> bytes:
 def read_payloads(buf: Gst.Buffer) -> list[PayloadMeta]:
     """Every ``inferstream-payload`` meta of ``buf``, in the order they were added."""
     gst, gobj, api = _native()
-    addr, state, out = _buffer_address(buf), ctypes.c_void_p(None), []
+    addr, state, out = buffer_address(buf), ctypes.c_void_p(None), []
     while meta := gst.gst_buffer_iterate_meta_filtered(addr, ctypes.byref(state), api):
         if not gst.gst_custom_meta_has_name(meta, PAYLOAD_META.encode()):
             continue
