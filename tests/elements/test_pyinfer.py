@@ -120,6 +120,12 @@ def test_pyinfer_unknown_output_layout_suggests_model_family() -> None:
     assert "model-family" in err and "(1, 7)" in err
 
 
+def test_pyinfer_cuda_graph_on_cpu_is_refused_at_start() -> None:
+    err = _error_of(f"videotestsrc num-buffers=1 ! video/x-raw,format=RGB ! pyinfer {BLOBS} graph=cuda-graph "
+                    "! fakesink")
+    assert "graph=cuda-graph needs a CUDA device" in err
+
+
 def test_pyinfer_unsupported_caps_fail_negotiation() -> None:
     """GRAY8 is not in pyinfer's caps: linking fails and says which caps it can't handle."""
     with pytest.raises(GLib.Error, match="can't handle caps video/x-raw, format=.*GRAY8"):

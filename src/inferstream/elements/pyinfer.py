@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import gi
 
@@ -24,7 +24,12 @@ gi.require_version("GstVideo", "1.0")
 from gi.repository import GLib, GObject, Gst, GstBase, GstVideo  # noqa: E402
 
 from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import system_video_caps, video_templates  # noqa: E402
+from inferstream.elements._caps import (  # noqa: E402
+    cuda_or_system_video_caps,
+    is_cuda_memory,
+    video_templates,
+    without_cuda_memory,
+)
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.elements._stream import stream_info_event  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
@@ -36,32 +41,6 @@ if TYPE_CHECKING:
 
 FAMILIES = ("auto", "yolo", "yolo-end2end", "yolo-obb", "yolo-obb-end2end")
 SWAP_MESSAGE = "inferstream/model-swapped"
-CUDA_MEMORY: Final = "memory:CUDAMemory"  # GST_CAPS_FEATURE_MEMORY_CUDA_MEMORY
-CUDA_FORMATS: Final = ("NV12", "RGBA", "BGRA", "RGBx", "BGRx", "RGB")
-
-
-def _pad_caps() -> Gst.Caps:
-    """CUDA memory first (preferred when offered), then every system-memory format."""
-    caps = Gst.Caps.from_string(f"video/x-raw({CUDA_MEMORY}), format=(string){{ {', '.join(CUDA_FORMATS)} }}, "
-                                "width=(int)[1, 32767], height=(int)[1, 32767], framerate=(fraction)[0/1, MAX]")
-    caps.append(system_video_caps())
-    return caps
-
-
-def _is_cuda_memory(caps: Gst.Caps, index: int = 0) -> bool:
-    features = caps.get_features(index)
-    return features is not None and features.contains(CUDA_MEMORY)
-
-
-def _without_cuda_memory(caps: Gst.Caps) -> Gst.Caps:
-    if caps.is_any():
-        return caps
-    out = Gst.Caps.new_empty()
-    for i in range(caps.get_size()):
-        if not _is_cuda_memory(caps, i):
-            features = caps.get_features(i)
-            out.append_structure_full(caps.get_structure(i).copy(), features.copy() if features else None)
-    return out
 
 
 def _cuda_memory_unavailable(device: str) -> str | None:
@@ -116,7 +95,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         "object-detection metadata. Buffers pass through unchanged.",
         "inferstream",
     )
-    __gsttemplates__ = video_templates(_pad_caps())
+    __gsttemplates__ = video_templates(cuda_or_system_video_caps())
 
     model = props.string("Model", "Model file (.onnx, .pt/.pth TorchScript or checkpoint, ultralytics .pt) or "
                          "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap)",
@@ -140,6 +119,9 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     trust_checkpoint = props.boolean("Trust checkpoint", "Allow full unpickling of .pt checkpoints (ultralytics "
                                      "files need it). Unpickling runs code from the file: only for files you trust",
                                      False)
+    graph = props.choice("Graph", "CUDA graphs (torch runtime on CUDA): auto captures one graph per batch size "
+                         "and falls back to eager when capture fails; cuda-graph makes a failed capture an error; "
+                         "off runs eagerly", ("auto", "off", "cuda-graph"), "auto")
     batch_size = props.integer("Batch size", "Most frames per forward pass, collected across the batch-group",
                                1, 1, 256)
     batch_group = props.string("Batch group", "Instances with the same name share one model and batch their "
@@ -222,7 +204,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.models.base import DecodeParams
 
         for name, choices in (("model-family", FAMILIES), ("precision", ("auto", "fp32", "fp16")),
-                              ("backend", ("auto", "torch", "onnxruntime"))):
+                              ("backend", ("auto", "torch", "onnxruntime")), ("graph", ("auto", "off", "cuda-graph"))):
             if self.get_property(name) not in choices:
                 raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
         if not model:
@@ -232,7 +214,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         return InferConfig(model=model, family=self.model_family, labels=parse_labels(self.labels), params=params,
                            input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
-                           postprocess=self.postprocess or None)
+                           postprocess=self.postprocess or None, graph=self.graph)
 
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group
@@ -267,7 +249,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
         self._info = GstVideo.VideoInfo.new_from_caps(incaps)
-        self._cuda_memory = _is_cuda_memory(incaps)
+        self._cuda_memory = is_cuda_memory(incaps)
         if self._cuda_memory and self._cuda_index is None:
             Gst.warning(f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
             return False
@@ -303,7 +285,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                 Gst.warning(f"{self.get_name()}: cannot answer the CUDA context query: {exc}")
         handled: bool = GstBase.BaseTransform.do_query(self, direction, query)
         if handled and query.type == Gst.QueryType.CAPS and not self._cuda_ok():
-            query.set_caps_result(_without_cuda_memory(query.parse_caps_result()))
+            query.set_caps_result(without_cuda_memory(query.parse_caps_result()))
         return handled
 
     def do_set_context(self, context: Gst.Context) -> None:
