@@ -18,6 +18,7 @@ All helpers work on a leading batch dimension, so frames that share format and s
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -57,8 +58,8 @@ def to_rgb(frame: RawFrame, device: torch.device | str) -> Tensor:
     """
     _check_frame(frame)
     if frame.format in _PACKED:
-        _, first_byte, reversed_ = _PACKED[frame.format]
-        rgb = frame.planes[0][..., first_byte : first_byte + 3].to(device)
+        colour, reversed_ = colour_bytes(frame)
+        rgb = colour.to(device)
         return rgb.flip(-1) if reversed_ else rgb
     planes = tuple(p.to(device) for p in frame.planes)
     rgb = _yuv420_rgb_planar(planes, frame.format, frame.width, frame.height, frame.matrix, frame.full_range)
@@ -78,6 +79,22 @@ def to_rgb_nchw(frames: Sequence[RawFrame], device: torch.device | str) -> Tenso
     Raises:
         ValueError: an empty list, frames that differ in format/size/matrix/range, or any ``to_rgb`` error.
     """
+    check_group(frames)
+    first = frames[0]
+    if first.format in _PACKED:
+        stacked = torch.stack([colour_bytes(f)[0] for f in frames])  # one copy
+        nchw = stacked.to(device).movedim(-1, -3)
+        return nchw.flip(-3) if colour_bytes(first)[1] else nchw
+    planes = tuple(torch.stack([f.planes[i] for f in frames]).to(device) for i in range(len(first.planes)))
+    return _yuv420_rgb_planar(planes, first.format, first.width, first.height, first.matrix, first.full_range)
+
+
+def check_group(frames: Sequence[RawFrame]) -> None:
+    """Reject what cannot be converted as one batch: no frames, frames that differ, or a frame ``to_rgb`` rejects.
+
+    Raises:
+        ValueError: as ``to_rgb_nchw`` documents.
+    """
     if not frames:
         raise ValueError("frames: expected at least one frame, got none")
     keys = {_group_key(f) for f in frames}
@@ -85,14 +102,12 @@ def to_rgb_nchw(frames: Sequence[RawFrame], device: torch.device | str) -> Tenso
         raise ValueError(f"frames: expected one (format, width, height, matrix, full_range), got {sorted(keys)}")
     for f in frames:
         _check_frame(f)
-    first = frames[0]
-    if first.format in _PACKED:
-        _, first_byte, reversed_ = _PACKED[first.format]
-        stacked = torch.stack([f.planes[0][..., first_byte : first_byte + 3] for f in frames])  # one copy
-        nchw = stacked.to(device).movedim(-1, -3)
-        return nchw.flip(-3) if reversed_ else nchw
-    planes = tuple(torch.stack([f.planes[i] for f in frames]).to(device) for i in range(len(first.planes)))
-    return _yuv420_rgb_planar(planes, first.format, first.width, first.height, first.matrix, first.full_range)
+
+
+def colour_bytes(frame: RawFrame) -> tuple[Tensor, bool]:
+    """A packed frame's three colour bytes as a view ``[H, W, 3]``, and True when they read B, G, R."""
+    _, first_byte, reversed_ = _PACKED[frame.format]
+    return frame.planes[0][..., first_byte : first_byte + 3], reversed_
 
 
 def _group_key(frame: RawFrame) -> tuple[str, int, int, str, bool]:
@@ -142,6 +157,39 @@ def yuv_coefficients(matrix: str, full_range: bool) -> tuple[int, int, int, int,
     coeffs = (ys, 2 * (1 - kr) * cs, 2 * (1 - kb) * cs, -2 * kb * (1 - kb) / kg * cs, -2 * kr * (1 - kr) / kg * cs)
     y, rv, bu, gu, gv = (round(256 * c) for c in coeffs)
     return y, rv, bu, gu, gv
+
+
+@functools.lru_cache(maxsize=8)
+def yuv_affine(matrix: str, full_range: bool) -> tuple[tuple[tuple[float, float, float], ...], tuple[float, ...]]:
+    """videoconvert's conversion as one affine map of float levels, for pipelines that resize YUV before converting.
+
+    Each integer term of ``_yuv420_rgb_planar`` is replaced by its least-squares line over the 256 byte values:
+    slope ≈ coeff · 257 / 65536 (the byte splat), intercept absorbing the splat's jump at 128 and the half level
+    the shift's flooring loses on average. So the float map follows videoconvert (not the textbook formula): under
+    a level apart on average, a few levels at most.
+
+    Args:
+        matrix: "bt601" or "bt709".
+        full_range: True for 0..255 YUV, False for 16..235 (Y) / 16..240 (Cb, Cr).
+
+    Returns:
+        ``(m, b)``: RGB ≈ ``m @ (Y, U, V) + b`` in levels 0..255 before clamping; rows R, G, B.
+
+    Raises:
+        ValueError: unknown matrix.
+    """
+    cy, rv, bu, gu, gv = yuv_coefficients(matrix, full_range)
+    (sy, oy), (srv, orv), (sbu, obu), (sgu, ogu), (sgv, ogv) = (_fit_term(c) for c in (cy, rv, bu, gu, gv))
+    m = ((sy, 0.0, srv), (sy, sgu, sgv), (sy, sbu, 0.0))
+    return m, (oy + orv + 128, oy + ogu + ogv + 128, oy + obu + 128)
+
+
+def _fit_term(coeff: int) -> tuple[float, float]:
+    """``(slope, intercept)`` of the least-squares line through ``_term(x, coeff)`` for bytes x = 0..255."""
+    x = torch.arange(256, dtype=torch.float64)
+    t = _term(x, coeff).double()
+    slope = float(((x - x.mean()) * t).sum() / ((x - x.mean()) ** 2).sum())
+    return slope, float(t.mean() - slope * x.mean())
 
 
 def _term(value: Tensor, coeff: int) -> Tensor:

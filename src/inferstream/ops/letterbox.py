@@ -4,7 +4,8 @@ The geometry is ultralytics' ``LetterBox(auto=False, center=True, scaleup=True)`
 ``r = min(H / h, W / w)``, resized size ``max(round(w * r), 1) x max(round(h * r), 1)`` (Python's round), padding
 split ``round(d / 2 - 0.1)`` before and ``round(d / 2 + 0.1)`` after, pad value 114. The resize is bilinear with
 half-pixel centres and no antialiasing, in cv2's own uint8 fixed-point arithmetic (``INTER_LINEAR``), so the model
-sees the levels ultralytics' ``LetterBox`` produces; then they are divided by 255.
+sees the levels ultralytics' ``LetterBox`` produces; then they are divided by 255. That exact path is the default
+on CPU; on CUDA the default is ``fast_letterbox``'s approximation (a few levels off, many times faster there).
 
 The inverse follows ultralytics' ``scale_boxes``: per-axis gains ``new_w / w`` and ``new_h / h`` (the rounded
 resized size over the frame size), so boxes map back exactly onto the pixels that were resized.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import torch
 
 from inferstream.ops.color import to_rgb_nchw
+from inferstream.ops.fast_letterbox import resize_rgb_into
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -66,18 +68,26 @@ def letterbox_geometry(frame_hw: tuple[int, int], size_hw: tuple[int, int]) -> t
 
 
 def preprocess_batch(
-    frames: Sequence[RawFrame], size_hw: tuple[int, int], device: torch.device | str, dtype: torch.dtype
+    frames: Sequence[RawFrame],
+    size_hw: tuple[int, int],
+    device: torch.device | str,
+    dtype: torch.dtype,
+    *,
+    exact: bool | None = None,
 ) -> tuple[Tensor, Letterbox]:
     """Colour-convert, resize and letterbox a batch of frames into one model input.
 
-    Frames that share format and size are converted and resized together (one call per group); frames may
-    otherwise differ in size and format.
+    Frames that share format, size and colorimetry are converted and resized together (one call per group);
+    frames may otherwise differ in size and format.
 
     Args:
         frames: B >= 1 frames (plane views; see ``RawFrame``).
         size_hw: (height, width) of the model input, pixels.
         device: where the batch is built (pixels are uploaded in their source format, then converted there).
         dtype: floating dtype of the result.
+        exact: True: convert at full resolution, then resize, bit-exact to videoconvert + cv2 (see above).
+            False: resize the planes, then convert (``fast_letterbox``: a fixed number of kernels per group, not
+            bit-exact). None: exact unless ``device`` is CUDA, where the exact path costs more than most models.
 
     Returns:
         ``(batch, letterbox)``: ``Tensor[B, 3, H, W]`` RGB in [0, 1] (padding 114/255) and the per-frame transform.
@@ -96,11 +106,20 @@ def preprocess_batch(
     for i, f in enumerate(frames):
         groups.setdefault((f.format, f.width, f.height, f.matrix, f.full_range), []).append(i)
     geometry = [0.0] * (4 * len(frames))  # scale_x, scale_y, pad_x, pad_y interleaved by frame
+    if exact is None:
+        exact = torch.device(device).type != "cuda"
     for (_, w, h, _, _), idx in groups.items():
         new_h, new_w, top, left = letterbox_geometry((h, w), size_hw)
-        pixels = _resize(to_rgb_nchw([frames[i] for i in idx], device), new_h, new_w)
-        rows = slice(idx[0], idx[-1] + 1) if idx[-1] - idx[0] == len(idx) - 1 else torch.tensor(idx, device=device)
-        out[rows, :, top : top + new_h, left : left + new_w] = pixels.to(dtype).div_(255)  # as ultralytics
+        group = [frames[i] for i in idx]
+        adjacent = idx[-1] - idx[0] == len(idx) - 1
+        rows = slice(idx[0], idx[-1] + 1) if adjacent else torch.tensor(idx, device=device)
+        window = (rows, slice(None), slice(top, top + new_h), slice(left, left + new_w))
+        if exact:
+            out[window] = _resize(to_rgb_nchw(group, device), new_h, new_w).to(dtype).div_(255)  # as ultralytics
+        elif adjacent:
+            resize_rgb_into(group, out[window])  # straight into the canvas
+        else:
+            out[window] = resize_rgb_into(group, out.new_empty((len(idx), 3, new_h, new_w)))
         for i in idx:
             geometry[4 * i : 4 * i + 4] = (new_w / w, new_h / h, float(left), float(top))
     lb = torch.tensor(geometry, dtype=torch.float32, device=device).view(len(frames), 4).T.contiguous()
