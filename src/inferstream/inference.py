@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from inferstream.models.base import Decoder
 
 DEFAULT_INPUT_SIZE = (640, 640)
+PREPROCESS_MODES = ("auto", "exact", "fast")
+_EXACT = {"auto": None, "exact": True, "fast": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class InferConfig:
     trust_checkpoint: bool = False
     postprocess: str | None = None
     graph: str = "auto"  # CUDA graphs of the torch backend: auto | off | cuda-graph (see backends.loader)
+    preprocess: str = "auto"  # auto | exact | fast (see ops.letterbox.preprocess_batch)
 
     def same_model(self, other: InferConfig) -> bool:
         """True when both would load and decode the same model (thresholds may differ)."""
@@ -65,6 +68,8 @@ class Detector:
     def __init__(self, cfg: InferConfig) -> None:
         from inferstream.backends.loader import load_backend
 
+        if cfg.preprocess not in _EXACT:
+            raise ConfigError(f"preprocess={cfg.preprocess!r}: expected one of {list(PREPROCESS_MODES)}")
         self.cfg = cfg
         self.backend: Backend = load_backend(cfg.model, device=cfg.device, precision=cfg.precision,
                                              backend=cfg.backend, trust_checkpoint=cfg.trust_checkpoint,
@@ -126,7 +131,8 @@ class Detector:
         from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_xyxy
 
         with torch.inference_mode(), _on_stream(self._stream):
-            batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype)
+            batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype,
+                                         exact=_EXACT[self.cfg.preprocess])
             per_frame = self.decoder(self.backend(batch), params or self.cfg.params)
             counts = [len(d) for d in per_frame]
             device = lb.scale_x.device

@@ -122,6 +122,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     graph = props.choice("Graph", "CUDA graphs (torch runtime on CUDA): auto captures one graph per batch size "
                          "and falls back to eager when capture fails; cuda-graph makes a failed capture an error; "
                          "off runs eagerly", ("auto", "off", "cuda-graph"), "auto")
+    preprocess = props.choice("Preprocess", "Colour conversion + letterbox: exact matches videoconvert + OpenCV "
+                              "bit for bit (converts at full resolution); fast resizes the planes first, then "
+                              "converts (a few levels off, many times cheaper on CUDA); auto: fast on CUDA, exact "
+                              "on CPU", ("auto", "exact", "fast"), "auto")
     batch_size = props.integer("Batch size", "Most frames per forward pass, collected across the batch-group",
                                1, 1, 256)
     batch_group = props.string("Batch group", "Instances with the same name share one model and batch their "
@@ -204,7 +208,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.models.base import DecodeParams
 
         for name, choices in (("model-family", FAMILIES), ("precision", ("auto", "fp32", "fp16")),
-                              ("backend", ("auto", "torch", "onnxruntime")), ("graph", ("auto", "off", "cuda-graph"))):
+                              ("backend", ("auto", "torch", "onnxruntime")), ("graph", ("auto", "off", "cuda-graph")),
+                              ("preprocess", ("auto", "exact", "fast"))):
             if self.get_property(name) not in choices:
                 raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
         if not model:
@@ -214,7 +219,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         return InferConfig(model=model, family=self.model_family, labels=parse_labels(self.labels), params=params,
                            input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
-                           postprocess=self.postprocess or None, graph=self.graph)
+                           postprocess=self.postprocess or None, graph=self.graph,
+                           preprocess=self.preprocess)
 
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group
