@@ -164,15 +164,10 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
         layout = cuda.plane_layouts(info.finfo.name, info.width, info.height, [1 << 16] * 3, [0] * 3)[0]
         cai = cuda.cuda_array_interface(mi.data, layout)
         out["as_tensor_one_plane"] = _median_us(lambda: torch.as_tensor(cuda.CudaArrayView(cai), device=dev))
-        out["gst_stream_wrap"] = _median_us(lambda: cuda._gst_stream(mem, dev))
-        gs = cuda._gst_stream(mem, dev)
-
-        def event_wait() -> None:
-            e = torch.cuda.Event()
-            e.record(gs)
-            torch.cuda.current_stream(dev).wait_event(e)
-
-        out["event_record_wait"] = _median_us(event_wait)
+        out["gst_stream_handle"] = _median_us(lambda: cuda._gst_stream_handle(mem))
+        gs = cuda._gst_stream_handle(mem)
+        consumer, ctx = torch.cuda.current_stream(dev).cuda_stream, cuda.torch_context_handle(dev.index)
+        out["stream_wait"] = _median_us(lambda: cuda.stream_wait(consumer, gs, ctx))
         out["colorimetry_of"] = _median_us(lambda: cuda_colorimetry(info))
         out["memory_layout"] = _median_us(lambda: cuda._memory_layout(cuda.GstCudaMemoryC.from_address(mem), info))
     finally:

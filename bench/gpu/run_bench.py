@@ -549,7 +549,7 @@ class Bench:
         from inferstream.ops import letterbox
 
         saved_flags = _strict_fp32()
-        seen: dict[str, dict[int, Any]] = {"gpu": {}, "cpu": {}}
+        seen: dict[str, dict[int, Any]] = {"gpu": {}, "gpuexact": {}, "cpu": {}}
         inputs: dict[str, list[Any]] = defaultdict(list)
         outputs: dict[str, list[Any]] = defaultdict(list)
         memory: dict[str, str] = {}
@@ -572,9 +572,9 @@ class Bench:
 
         orig_pre, orig_call = letterbox.preprocess_batch, TorchBackend.__call__
 
-        def pre(frames: Any, size: Any, device: Any, dtype: Any) -> Any:
-            batch, lb = orig_pre(frames, size, device, dtype)
-            if recording["on"]:
+        def pre(frames: Any, size: Any, device: Any, dtype: Any, exact: bool | None = None) -> Any:
+            batch, lb = orig_pre(frames, size, device, dtype, exact=exact)
+            if recording["on"] and not exact:  # the default path of each device (the GPU's exact branch aside)
                 inputs[torch.device(device).type].append(batch.cpu().clone())
             return batch, lb
 
@@ -587,6 +587,8 @@ class Bench:
         common = f"model={self.model} precision=fp32 batch-size=1"
         desc = (f"filesrc location={self.short_clip} ! qtdemux ! h264parse ! {self.decoder} ! tee name=t "
                 f"t. ! queue ! pyinfer name=gpu device={self.device} batch-group=check-gpu {common} ! fakesink "
+                f"t. ! queue ! pyinfer name=gpuexact device={self.device} batch-group=check-gpuexact preprocess=exact "
+                f"{common} ! fakesink "
                 f"t. ! queue ! {self.to_system} ! pyinfer name=cpu device=cpu batch-group=check-cpu {common} "
                 f"! fakesink")
         letterbox.preprocess_batch, TorchBackend.__call__ = pre, call
@@ -604,6 +606,7 @@ class Bench:
             outs = list(zip(outputs[dev], outputs["cpu"]))
             res["model_output_rel_err"] = max(float((a - b).norm() / b.norm()) for a, b in outs) if outs else None
         res.update(compare_detections(seen["gpu"], seen["cpu"]))
+        res["preprocess_exact_on_gpu"] = compare_detections(seen["gpuexact"], seen["cpu"])
         return res
 
     def run(self) -> int:
@@ -812,6 +815,10 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{chk.get('input_max_abs_diff')} over {chk.get('inputs_compared')} frames; raw output rel. "
                      f"err {chk.get('model_output_rel_err')}"
                      + (f", error: {chk['error']}" if chk.get("error") else ""))
+        if isinstance(ex := chk.get("preprocess_exact_on_gpu"), dict):
+            lines.append(f"Correctness with preprocess=exact on the GPU: ok={ex.get('ok')}, {ex.get('matched')}/"
+                         f"{ex.get('detections')} matched (1 px, 1e-3), {ex.get('matched_within_4px_1e-2')} within "
+                         f"4 px / 1e-2, max box diff {ex.get('max_box_diff_px')} px")
     if (byt := ph.get("bytes")) and isinstance(byt, dict):
         lines.append("Host<->device bytes per frame (torch profiler / CUPTI): " + "; ".join(
             f"{k}: {v.get('bytes_per_frame')} in {v.get('copies_per_frame')} copies" for k, v in byt.items()

@@ -1,8 +1,10 @@
 """Cross-stream dynamic batching: pyinfer instances naming the same batch-group share one Detector.
 
-Each streaming thread calls ``BatchGroup.infer(frame)`` and blocks until its own frame's detections are back.
-There is no batching thread: the thread whose arrival fills the batch — or whose oldest waiting frame has waited
-``max_latency`` — runs the batch for everyone (one thread hop fewer per frame). A batch is "full" at
+Each streaming thread calls ``BatchGroup.infer(job)`` and blocks until its frame has been inferred and the result
+delivered. There is no batching thread: the thread whose arrival fills the batch — or whose oldest waiting frame has
+waited ``max_latency`` — runs the batch for everyone (one thread hop fewer per frame), including the per-frame work
+around it (``FrameJob``: mapping the frame, writing its metadata). The waiting threads then run no Python at all
+until their frame is done, so the batch's thread does not compete with them for the GIL. A batch is "full" at
 ``batch_size`` frames or when every live member has a frame waiting, so a stream that ended (``leave``) is never
 waited for. Model swaps happen between batches, under the same lock that runs them: every frame is inferred by
 exactly one model.
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from inferstream.errors import ConfigError
 
@@ -23,14 +26,22 @@ if TYPE_CHECKING:
     from inferstream.models.base import DecodeParams
 
 
+class FrameJob(Protocol):
+    """One frame's part of a batch; both methods run on the thread that runs the batch."""
+
+    def frame(self) -> AbstractContextManager[RawFrame]:
+        """The frame's pixels, valid until the batch (``deliver`` included) is done."""
+
+    def deliver(self, dets: Detections, detector: Detector) -> None:
+        """Take the frame's detections (the frame is still mapped), e.g. write them as metadata."""
+
+
 @dataclass
 class _Slot:
-    frame: RawFrame
+    job: FrameJob
     params: DecodeParams
     arrived: float
     done: threading.Event = field(default_factory=threading.Event)
-    result: Detections | None = None
-    model: Detector | None = None
     error: BaseException | None = None
 
 
@@ -95,9 +106,9 @@ class BatchGroup:
             return self._members
 
     # inference --------------------------------------------------------------------------------------------
-    def infer(self, frame: RawFrame, params: DecodeParams) -> tuple[Detections, Detector]:
-        """This frame's detections and the Detector that produced them; blocks until its batch ran."""
-        slot = _Slot(frame, params, time.monotonic())
+    def infer(self, job: FrameJob, params: DecodeParams) -> None:
+        """Run ``job`` in a batch; returns once it was delivered. Raises what mapping, inference or delivery raised."""
+        slot = _Slot(job, params, time.monotonic())
         with self._cond:
             self._pending.append(slot)
             self._cond.notify_all()
@@ -105,9 +116,8 @@ class BatchGroup:
             batch = self._take_batch(slot)
             if batch:
                 self._run(batch)
-        if slot.error is not None or slot.result is None or slot.model is None:
-            raise slot.error or RuntimeError("batch finished without a result")
-        return slot.result, slot.model
+        if slot.error is not None:
+            raise slot.error
 
     def _take_batch(self, slot: _Slot) -> list[_Slot]:
         with self._cond:
@@ -126,16 +136,11 @@ class BatchGroup:
     def _run(self, batch: list[_Slot]) -> None:
         with self._run_lock:
             t0 = time.monotonic()
-            detector = self.detector
             try:
-                # frames with other thresholds could share a forward pass; keep it simple: the group's params
-                results = detector.infer([s.frame for s in batch], batch[0].params)
-            except BaseException as exc:  # delivered to every waiting thread, which posts it on its own element
+                self._infer_and_deliver(batch)
+            except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
                 for s in batch:
-                    s.error = exc
-            else:
-                for s, r in zip(batch, results):
-                    s.result, s.model = r, detector
+                    s.error = s.error or exc
             t1 = time.monotonic()
             self.stats.batches += 1
             self.stats.frames += len(batch)
@@ -145,6 +150,32 @@ class BatchGroup:
             s.done.set()
         with self._cond:
             self._cond.notify_all()
+
+    def _infer_and_deliver(self, batch: list[_Slot]) -> None:
+        """Map every frame, infer the batch, deliver each result; a failing frame fails alone."""
+        detector = self.detector
+        with ExitStack() as mapped:
+            ready, frames = [], []
+            for s in batch:
+                try:
+                    frames.append(mapped.enter_context(s.job.frame()))
+                    ready.append(s)
+                except BaseException as exc:
+                    s.error = exc
+            if not ready:
+                return
+            try:
+                # frames with other thresholds could share a forward pass; keep it simple: the group's params
+                results = detector.infer(frames, ready[0].params)
+            except BaseException as exc:
+                for s in ready:
+                    s.error = exc
+                return
+            for s, dets in zip(ready, results):
+                try:
+                    s.job.deliver(dets, detector)
+                except BaseException as exc:
+                    s.error = exc
 
     def swap(self, detector: Detector) -> Detector:
         """Install ``detector`` between two batches; returns the old one (the caller closes it)."""

@@ -117,8 +117,9 @@ class Detector:
         """Detections (CPU tensors, frame pixels) for each frame, in order; axis-aligned boxes are clipped.
 
         Pixels are read once from the views into the model's input tensor (on the model's device: CUDA frames
-        never leave the GPU); the detections of the whole batch cross to the host in one copy. The small per-frame
-        tables built on the host (rows, frame sizes) go to the device without waiting for it.
+        never leave the GPU); the detections of the whole batch cross to the host in one copy, and are mapped back
+        to frame pixels there. Every copy to the device or wait for it releases the GIL, and with many streaming
+        threads each re-acquisition can cost milliseconds: the device sees pixels in and detections out, no more.
 
         On CUDA the batch runs on the Detector's own non-blocking stream: work on the legacy default stream would
         wait for, and hold up, every blocking stream in the context (GStreamer's decoders included). That stream
@@ -128,24 +129,24 @@ class Detector:
         """
         import torch
 
+        from inferstream.detections import Detections
         from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_xyxy
 
         with torch.inference_mode(), _on_stream(self._stream):
             batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype,
                                          exact=_EXACT[self.cfg.preprocess])
             per_frame = self.decoder(self.backend(batch), params or self.cfg.params)
-            counts = [len(d) for d in per_frame]
-            device = lb.scale_x.device
-            rows = _to_device(torch.repeat_interleave(torch.arange(len(frames)), torch.tensor(counts)), device)
-            merged = _merge(per_frame, device)
-            # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
-            boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[rows, None], lb.scale_y[rows, None],
-                                     lb.pad_x[rows, None], lb.pad_y[rows, None])
-            if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
-                sizes = _to_device(torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32), device)
-                sizes = sizes[rows]
-                boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
-            return to_host(replace(merged, boxes_xyxy=boxes)).split(counts)
+            merged = to_host(Detections.merge(per_frame))
+        # the rest on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
+        counts = [len(d) for d in per_frame]
+        rows = torch.repeat_interleave(torch.arange(len(frames)), torch.tensor(counts, dtype=torch.int64))
+        # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
+        boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[rows, None], lb.scale_y[rows, None],
+                                 lb.pad_x[rows, None], lb.pad_y[rows, None])
+        if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
+            sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32)[rows]
+            boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
+        return replace(merged, boxes_xyxy=boxes).split(counts)
 
     def close(self) -> None:
         self.backend.close()
@@ -173,19 +174,6 @@ def _on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
     except BaseException:
         stream.synchronize()
         raise
-
-
-def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A small host-built tensor on ``device``, without blocking the host on the device's queue (a blocking
-    copy would make the host wait for every kernel queued before it)."""
-    return t.to(device, non_blocking=True) if device.type == "cuda" else t
-
-
-def _merge(per_frame: list[Detections], device: torch.device) -> Detections:
-    from inferstream.detections import Detections
-
-    merged = Detections.merge(per_frame)
-    return merged if merged.boxes_xyxy.device == device else merged.to(device)
 
 
 def to_host(dets: Detections) -> Detections:

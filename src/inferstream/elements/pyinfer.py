@@ -21,7 +21,7 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import GLib, GObject, Gst, GstBase, GstVideo  # noqa: E402
+from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
 
 from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._caps import (  # noqa: E402
@@ -35,8 +35,12 @@ from inferstream.elements._stream import stream_info_event  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from inferstream.batching import BatchGroup
-    from inferstream.inference import InferConfig
+    from inferstream.detections import Detections
+    from inferstream.frames.raw import RawFrame
+    from inferstream.inference import Detector, InferConfig
     from inferstream.models.base import DecodeParams
 
 FAMILIES = ("auto", "yolo", "yolo-end2end", "yolo-obb", "yolo-obb-end2end")
@@ -326,23 +330,11 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     # streaming ----------------------------------------------------------------------------------------------
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
-        from inferstream.meta.gstanalytics import write_detections
-
         index, self._frame_index = self._frame_index, self._frame_index + 1
         if self._skip and index % (self._skip + 1):
             return Gst.FlowReturn.OK
         try:
-            if self._cuda_memory:
-                from inferstream.frames.cuda import mapped_cuda_frames
-
-                mapping = mapped_cuda_frames(buf, self._info, device=self._cuda_index)
-            else:
-                from inferstream.frames.system import mapped_frame
-
-                mapping = mapped_frame(buf, self._info)
-            with mapping as frame:
-                dets, detector = self._group.infer(frame, self._params)
-            write_detections(buf, dets, self._label_quarks(detector.labels), self._producer)
+            self._group.infer(_InferJob(self, buf), self._params)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
             post_error(self, exc, "inference failed")
             return Gst.FlowReturn.ERROR
@@ -355,6 +347,31 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
             quarks = self._quarks[labels] = label_quarks(labels)
         return quarks
+
+
+class _InferJob:
+    """One buffer's part of a batch (``batching.FrameJob``), run by the thread that runs the batch while this
+    element's streaming thread waits: map the buffer in place, write the detections onto it."""
+
+    __slots__ = ("buf", "element")
+
+    def __init__(self, element: PyInfer, buf: Gst.Buffer) -> None:
+        self.element, self.buf = element, buf
+
+    def frame(self) -> AbstractContextManager[RawFrame]:
+        el = self.element
+        if el._cuda_memory:
+            from inferstream.frames.cuda import mapped_cuda_frames
+
+            return mapped_cuda_frames(self.buf, el._info, device=el._cuda_index)
+        from inferstream.frames.system import mapped_frame
+
+        return mapped_frame(self.buf, el._info)
+
+    def deliver(self, dets: Detections, detector: Detector) -> None:
+        from inferstream.meta.gstanalytics import write_detections
+
+        write_detections(self.buf, dets, self.element._label_quarks(detector.labels), self.element._producer)
 
 
 GObject.type_register(PyInfer)

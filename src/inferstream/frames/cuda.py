@@ -14,6 +14,10 @@ Two jobs, both at the GStreamer edge:
 
 Synchronisation (GStreamer ≥ 1.24 does not synchronise a ``GST_MAP_CUDA`` map):
 
+Both are one ``cuEventRecord`` + ``cuStreamWaitEvent`` pair through ctypes that keeps the GIL (``gstnative``): torch's
+``Event.record`` / ``wait_event`` release it, and under many streaming threads each re-acquisition can cost
+milliseconds.
+
 - on entry, torch's current stream waits (an event, no host block) for the work GStreamer queued on the
   memory's CUDA stream (``gst_cuda_memory_get_stream`` → ``gst_cuda_stream_get_handle``; the default stream
   when it has none);
@@ -42,7 +46,6 @@ from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
 from inferstream.gstnative import bind, buffer_address, cdll, pydll
 
 if TYPE_CHECKING:
-    import torch
     from gi.repository import Gst, GstCuda, GstVideo
 
 GST_MAP_READ: Final = 1 << 0
@@ -451,22 +454,45 @@ def _memory_layout(cmem: GstCudaMemoryC, info: GstVideo.VideoInfo) -> tuple[list
     return list(minfo.stride[:n]), list(minfo.offset[:n])
 
 
-_EXTERNAL_STREAMS: dict[tuple[int, int], torch.cuda.Stream] = {}
-
-
-def _gst_stream(mem: int, device: torch.device) -> torch.cuda.Stream:
-    """The torch view of the memory's CUDA stream (the default stream when it has none), one per handle."""
-    import torch
-
+def _gst_stream_handle(mem: int) -> int:
+    """The ``CUstream`` GStreamer queues the memory's work on (0: the legacy default stream)."""
     nat = _native()
-    handle = nat.cuda_gst.gst_cuda_stream_get_handle(nat.cuda_gst.gst_cuda_memory_get_stream(mem))
-    if not handle:
-        return torch.cuda.default_stream(device)
-    key = (int(handle), device.index or 0)
-    stream = _EXTERNAL_STREAMS.get(key)
-    if stream is None:  # GStreamer keeps its streams for the life of its elements: few handles, reused
-        stream = _EXTERNAL_STREAMS.setdefault(key, torch.cuda.ExternalStream(int(handle), device=device))
-    return stream
+    return int(nat.cuda_gst.gst_cuda_stream_get_handle(nat.cuda_gst.gst_cuda_memory_get_stream(mem)) or 0)
+
+
+@functools.cache
+def _cu_sync() -> ctypes.PyDLL:
+    cu = pydll("libcuda.so.1")
+    vp, i, u = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+    bind(cu, [("cuEventCreate", i, (ctypes.POINTER(vp), u)), ("cuEventRecord", i, (vp, vp)),
+              ("cuStreamWaitEvent", i, (vp, vp, u)), ("cuCtxGetCurrent", i, (ctypes.POINTER(vp),)),
+              ("cuCtxSetCurrent", i, (vp,))])
+    return cu
+
+
+_THREAD = threading.local()
+_CU_EVENT_DISABLE_TIMING: Final = 0x2
+
+
+def stream_wait(waiter: int, signaller: int, context: int) -> None:
+    """Make CUDA stream ``waiter`` wait (on the device, the host does not block) for the work queued so far on
+    ``signaller``; both ``CUstream`` handles of ``context``, 0 = the legacy default stream.
+
+    One event per thread, re-recorded each time: a wait already enqueued keeps the state the event had then.
+    """
+    cu = _cu_sync()
+    event = getattr(_THREAD, "events", {}).get(context)
+    if event is None:
+        current = ctypes.c_void_p()
+        _check_cu(cu.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+        if current.value != context:
+            _check_cu(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+        created = ctypes.c_void_p()
+        _check_cu(cu.cuEventCreate(ctypes.byref(created), _CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        event = created.value
+        _THREAD.events = {**getattr(_THREAD, "events", {}), context: event}
+    _check_cu(cu.cuEventRecord(event, signaller), "cuEventRecord")
+    _check_cu(cu.cuStreamWaitEvent(waiter, event, 0), "cuStreamWaitEvent")
 
 
 @contextmanager
@@ -512,18 +538,15 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int
         if frame_nbytes(layouts) > mapinfo.size:
             raise UnsupportedFormatError(f"{fmt} {info.width}x{info.height}: planes need {frame_nbytes(layouts)} "
                                          f"bytes, the CUDA memory holds {mapinfo.size}")
-        gst_stream = _gst_stream(mem, dev)
-        consumer = torch.cuda.current_stream(dev)
-        ready = torch.cuda.Event()
-        ready.record(gst_stream)
-        consumer.wait_event(ready)
+        gst_stream = _gst_stream_handle(mem)
+        consumer = torch.cuda.current_stream(dev).cuda_stream
+        context = torch_context_handle(dev.index)
+        stream_wait(consumer, gst_stream, context)
         planes = tuple(torch.as_tensor(CudaArrayView(cuda_array_interface(mapinfo.data, p)), device=dev)
                        for p in layouts)
         try:
             yield RawFrame(fmt, info.width, info.height, planes, *colorimetry_of(info))
         finally:
-            done = torch.cuda.Event()
-            done.record(consumer)
-            gst_stream.wait_event(done)
+            stream_wait(gst_stream, consumer, context)
     finally:
         _native().gst.gst_memory_unmap(mem, ctypes.byref(mapinfo))

@@ -36,7 +36,7 @@ class Letterbox:
     """Per-frame transform from frame pixels to model-input pixels: ``x_in = x_frame * scale_x + pad_x``.
 
     Attributes:
-        scale_x, scale_y (Tensor[B]): float32, resized size over frame size, per axis.
+        scale_x, scale_y (Tensor[B]): float32 on the CPU, resized size over frame size, per axis.
         pad_x, pad_y (Tensor[B]): float32, left and top padding in model-input pixels (whole numbers).
     """
 
@@ -122,7 +122,8 @@ def preprocess_batch(
             out[window] = resize_rgb_into(group, out.new_empty((len(idx), 3, new_h, new_w)))
         for i in idx:
             geometry[4 * i : 4 * i + 4] = (new_w / w, new_h / h, float(left), float(top))
-    lb = torch.tensor(geometry, dtype=torch.float32, device=device).view(len(frames), 4).T.contiguous()
+    # on the host: boxes are mapped back there after their one copy (a device copy here would cost a GIL hand-off)
+    lb = torch.tensor(geometry, dtype=torch.float32).view(len(frames), 4).T.contiguous()
     return out, Letterbox(scale_x=lb[0], scale_y=lb[1], pad_x=lb[2], pad_y=lb[3])
 
 
