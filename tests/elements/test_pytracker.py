@@ -3,6 +3,7 @@ boxes), predicted boxes on frames without detections, and untouched frames when 
 from __future__ import annotations
 
 import gi
+import pytest
 import torch
 
 gi.require_version("Gst", "1.0")
@@ -35,10 +36,11 @@ def _tracks(buf: Gst.Buffer) -> tuple[list[int], list[int], int, int]:
     return ids, list(meta.producers), len(meta.dets), n_trk
 
 
-def test_pytracker_ids_stable_and_one_tracking_mtd_per_box() -> None:
+@pytest.mark.parametrize("shared_thread", ["true", "false"])
+def test_pytracker_ids_stable_and_one_tracking_mtd_per_box(shared_thread: str) -> None:
     inject("walk", _two_walkers)
-    result = run_pipeline(SRC.format(n=30) + " ! testinject name=walk ! pytracker name=trk min-hits=1 ! fakesink",
-                          {"trk": _tracks})
+    result = run_pipeline(SRC.format(n=30) + f" ! testinject name=walk ! pytracker name=trk min-hits=1 "
+                          f"shared-thread={shared_thread} ! fakesink", {"trk": _tracks})
     assert not result.errors
     seen = result.seen["trk"]
     assert all(n_od == 2 for _, _, n_od, _ in seen)  # no duplicated boxes
@@ -95,3 +97,16 @@ def test_pytracker_output_lost_tracks_reports_coasting_boxes() -> None:
     producers, lost = result.seen["trk"][10]
     assert producers == [1, 99] and sorted(lost) == [False, True]
     assert result.seen["trk"][9] == ([1, 1], [False, False])
+
+
+def test_pytrackers_of_several_streams_on_the_shared_thread_keep_their_streams_apart() -> None:
+    """Four streams, one shared tracking thread: every stream gets its own two stable ids, from its own range."""
+    chains = [SRC.format(n=20) + f" ! testinject name=walk{i} ! pytracker name=trk{i} min-hits=1 first-id={100 * i} "
+              "! fakesink" for i in range(4)]
+    for i in range(4):
+        inject(f"walk{i}", _two_walkers)
+    result = run_pipeline("  ".join(chains), {f"trk{i}": _tracks for i in range(4)})
+    assert not result.errors
+    for i in range(4):
+        ids = {tuple(t[0]) for t in result.seen[f"trk{i}"]}
+        assert len(ids) == 1 and all(100 * i <= t < 100 * i + 100 for t in next(iter(ids))), (i, ids)

@@ -23,6 +23,7 @@ from inferstream.elements._errors import post_error  # noqa: E402
 if TYPE_CHECKING:
     from inferstream.detections import Detections
     from inferstream.meta.gstanalytics import FrameMeta
+    from inferstream.serial import SerialWorker
     from inferstream.tracking import Tracker, TrackResult
 
 _DEFAULT_FRAME_NS = 33_333_333  # used only when buffers carry no pts
@@ -63,6 +64,9 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
                              "for pipeline-unique ids)", 1, 0, 2**31 - 1)
     operate_on_unique_id = props.integer("Operate on unique id", "Track only detections of this producer "
                                          "(pyinfer unique-id); -1 tracks all", -1, -1, 2**31 - 1)
+    shared_thread = props.boolean("Shared thread", "Track on one thread shared by every pytracker of the process, "
+                                  "one frame after another: with many streams this avoids the GIL hand-offs "
+                                  "between streaming threads that otherwise cost more than the tracking", True)
     unique_id = props.integer("Unique id", "Producer id recorded on the boxes this element predicts for frames "
                               "without detections", 1000, 0, 2**31 - 1)
 
@@ -72,8 +76,12 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._tracker: Tracker | None = None
         self._labels: dict[str, int] = {}
         self._last_pts = 0
+        self._operate_on: int | None = None
+        self._output_lost = False
+        self._worker: SerialWorker | None = None
 
     def do_start(self) -> bool:
+        from inferstream.serial import shared_worker
         from inferstream.tracking import make_tracker
 
         try:
@@ -85,6 +93,10 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
             post_error(self, exc, "cannot create the tracker")
             return False
         self._last_pts = 0
+        # read once: properties are READY-only, and a GObject property read per frame is not free
+        self._operate_on = None if self.operate_on_unique_id < 0 else self.operate_on_unique_id
+        self._output_lost = self.output_lost_tracks
+        self._worker = shared_worker("inferstream-tracking") if self.shared_thread else None
         return True
 
     def do_sink_event(self, event: Gst.Event) -> bool:
@@ -98,23 +110,29 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         return self._last_pts
 
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
-        from inferstream.meta.gstanalytics import read_detections
-
         try:
-            pts = self._pts(buf)
-            uid = None if self.operate_on_unique_id < 0 else self.operate_on_unique_id
-            meta = read_detections(buf, unique_id=uid)
-            if not self._detector_looked(meta, uid):
-                self._write_predicted(buf, self._tracker.predict_only(pts))
+            if self._worker is not None:
+                self._worker.run(lambda: self._track(buf))
             else:
-                result = self._tracker.update(self._dets(meta), pts)
-                self._write_tracked(buf, meta.od_ids, result)
-                if self.output_lost_tracks:
-                    self._write_predicted(buf, result)
+                self._track(buf)
         except Exception as exc:  # the C boundary (R8)
             post_error(self, exc, "tracking failed")
             return Gst.FlowReturn.ERROR
         return Gst.FlowReturn.OK
+
+    def _track(self, buf: Gst.Buffer) -> None:
+        from inferstream.meta.gstanalytics import read_detections
+
+        pts = self._pts(buf)
+        uid = self._operate_on
+        meta = read_detections(buf, unique_id=uid)
+        if not self._detector_looked(meta, uid):
+            self._write_predicted(buf, self._tracker.predict_only(pts))
+        else:
+            result = self._tracker.update(self._dets(meta), pts)
+            self._write_tracked(buf, meta.od_ids, result)
+            if self._output_lost:
+                self._write_predicted(buf, result)
 
     @staticmethod
     def _detector_looked(meta: FrameMeta | None, uid: int | None) -> bool:

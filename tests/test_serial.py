@@ -1,0 +1,46 @@
+"""serial.SerialWorker: jobs of many threads run on one thread, each caller gets its own result or error."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from inferstream.serial import SerialWorker, shared_worker
+
+
+def test_jobs_of_many_threads_run_on_the_worker_thread_and_return_their_own_results() -> None:
+    worker = SerialWorker("test-serial")
+    results: dict[int, list[tuple[int, str]]] = {}
+
+    def submit(k: int) -> None:
+        results[k] = [worker.run(lambda i=i: (k * 1000 + i, threading.current_thread().name)) for i in range(50)]
+
+    threads = [threading.Thread(target=submit, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(results) == list(range(8))
+    for k, got in results.items():
+        assert [v for v, _ in got] == [k * 1000 + i for i in range(50)]  # in order, nobody else's result
+        assert {name for _, name in got} == {"test-serial"}
+
+
+def test_a_failing_job_raises_in_its_caller_and_the_worker_goes_on() -> None:
+    worker = SerialWorker("test-serial-errors")
+
+    def boom() -> None:
+        raise ValueError("bad frame")
+
+    with pytest.raises(ValueError, match="bad frame"):
+        worker.run(boom)
+    assert worker.run(lambda: 42) == 42
+
+
+def test_a_job_submitting_a_job_runs_it_in_place() -> None:
+    worker = SerialWorker("test-serial-nested")
+    assert worker.run(lambda: worker.run(lambda: "inner") + "+outer") == "inner+outer"
+
+
+def test_shared_worker_is_one_per_name() -> None:
+    assert shared_worker("a-name") is shared_worker("a-name") and shared_worker("a-name") is not shared_worker("b")
