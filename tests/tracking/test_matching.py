@@ -5,6 +5,7 @@ import itertools
 
 import numpy as np
 import pytest
+from scipy.optimize import linear_sum_assignment  # type: ignore[import-untyped]
 
 from inferstream.tracking.matching import match_pairs
 
@@ -44,3 +45,16 @@ def test_match_pairs_keeps_a_strong_pair_over_two_weak_ones() -> None:
 def test_match_pairs_empty() -> None:
     r, c = match_pairs(np.zeros((0, 3)), 0.5)
     assert r.shape == c.shape == (0,)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_match_pairs_without_conflicts_takes_every_candidate(seed: int) -> None:
+    # the common case (each track overlaps one detection) skips the solver; it must agree with it
+    rng = np.random.default_rng(seed)
+    sim = np.zeros((30, 40))
+    rows, cols = rng.permutation(30)[:20], rng.permutation(40)[:20]
+    sim[rows, cols] = rng.uniform(0.1, 1.0, 20)
+    r, c = match_pairs(sim, 0.3)
+    expected_r, expected_c = linear_sum_assignment(np.where(sim >= 0.3, sim, 0.0), maximize=True)
+    ok = sim[expected_r, expected_c] >= 0.3
+    assert (r.tolist(), c.tolist()) == (expected_r[ok].tolist(), expected_c[ok].tolist())

@@ -6,6 +6,12 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
+# Box conversions as one small matrix product each: the trackers convert boxes several times per frame and numpy's
+# per-call overhead, not the arithmetic, is their cost. Every coefficient is 0, +-1/2 or +-1, so each output is
+# the same correctly rounded sum of two exact terms as the elementwise formula (for finite boxes).
+_XYXY_TO_CXCYWH = np.array([[0.5, 0.0, -1.0, 0.0], [0.0, 0.5, 0.0, -1.0], [0.5, 0.0, 1.0, 0.0], [0.0, 0.5, 0.0, 1.0]])
+_CXCYWH_TO_XYXY = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [-0.5, 0.0, 0.5, 0.0], [0.0, -0.5, 0.0, 0.5]])
+
 
 def iou_matrix_xyxy(boxes1: FloatArray, boxes2: FloatArray) -> FloatArray:
     """Pairwise IoU of two sets of axis-aligned boxes.
@@ -19,14 +25,33 @@ def iou_matrix_xyxy(boxes1: FloatArray, boxes2: FloatArray) -> FloatArray:
     """
     b1 = np.asarray(boxes1, dtype=np.float64).reshape(-1, 4)
     b2 = np.asarray(boxes2, dtype=np.float64).reshape(-1, 4)
-    area1 = np.clip(b1[:, 2] - b1[:, 0], 0, None) * np.clip(b1[:, 3] - b1[:, 1], 0, None)
-    area2 = np.clip(b2[:, 2] - b2[:, 0], 0, None) * np.clip(b2[:, 3] - b2[:, 1], 0, None)
-    lt = np.maximum(b1[:, None, :2], b2[None, :, :2])
-    rb = np.minimum(b1[:, None, 2:], b2[None, :, 2:])
-    wh = np.clip(rb - lt, 0, None)
-    inter = wh[..., 0] * wh[..., 1]
-    union = area1[:, None] + area2[None, :] - inter
-    iou: FloatArray = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    return iou_matrix_columns(np.concatenate([b1, b2]).T, len(b1))
+
+
+def iou_matrix_columns(boxes_xyxy: FloatArray, n: int) -> FloatArray:
+    """``iou_matrix_xyxy`` of the first ``n`` boxes against the others, all given as columns.
+
+    The trackers' layout: with both sets in one array, each step is one numpy call (numpy's per-call overhead, not
+    the arithmetic, is the cost at tens of boxes).
+
+    Args:
+        boxes_xyxy (ndarray[4, N + M]): rows ``x1, y1, x2, y2`` in pixels, one column per box.
+        n: how many of the boxes (the first columns) make the first set.
+
+    Returns:
+        ndarray[N, M] float64: IoU in [0, 1]; 0 where the union is empty (degenerate boxes).
+    """
+    edges = np.ascontiguousarray(boxes_xyxy, dtype=np.float64)  # numpy broadcasts slowly over strided rows
+    wh = np.maximum(edges[2:] - edges[:2], 0.0)
+    area = wh[0] * wh[1]
+    first, second = edges[:, :n, None], edges[:, None, n:]
+    overlap = np.minimum(first[2:], second[2:])  # [2, N, M]: widths, heights
+    overlap -= np.maximum(first[:2], second[:2])
+    np.maximum(overlap, 0.0, out=overlap)
+    inter = overlap[0] * overlap[1]
+    union = np.add.outer(area[:n], area[n:])
+    union -= inter
+    iou: FloatArray = np.divide(inter, union, out=np.zeros(inter.shape), where=union > 0)
     return iou
 
 
@@ -53,15 +78,14 @@ def envelope_xyxy(boxes_xyxy: FloatArray, angles_rad: FloatArray | None) -> Floa
 
 def xyxy_to_cxcywh(boxes: FloatArray) -> FloatArray:
     """``(x1, y1, x2, y2)`` [N, 4] to ``(cx, cy, w, h)`` [N, 4], pixels."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    return np.stack([(b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2, b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], axis=1)
+    cxcywh: FloatArray = np.asarray(boxes, dtype=np.float64).reshape(-1, 4).dot(_XYXY_TO_CXCYWH)
+    return cxcywh
 
 
 def cxcywh_to_xyxy(boxes: FloatArray) -> FloatArray:
     """``(cx, cy, w, h)`` [N, 4] to ``(x1, y1, x2, y2)`` [N, 4], pixels."""
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    half = b[:, 2:] / 2
-    return np.concatenate([b[:, :2] - half, b[:, :2] + half], axis=1)
+    xyxy: FloatArray = np.asarray(boxes, dtype=np.float64).reshape(-1, 4).dot(_CXCYWH_TO_XYXY)
+    return xyxy
 
 
 def slack_iou_matrix(boxes1_cxcywh: FloatArray, slack1_xy: FloatArray, boxes2_cxcywh: FloatArray) -> FloatArray:

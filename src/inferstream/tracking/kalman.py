@@ -5,6 +5,15 @@ Measurement (4): ``(cx, cy, w, h)``. Noise scales with the box: x and w with the
 so one set of numbers serves small and large objects. Time is continuous (seconds between frames, from pts),
 so the filter behaves the same at any frame rate and across frames the detector skipped.
 
+The motion model, the noise and the measurement never mix coordinates, and ``initiate`` starts from a diagonal
+covariance, so each coordinate stays correlated with its own rate only: every covariance this filter produces is
+four 2x2 blocks ``[[var x, cov(x, vx)], [cov(x, vx), var vx]]`` inside the 8x8 matrix, and the filter runs in
+closed form on those. The tracker keeps its tracks *packed*, ``[STATE_ROWS, T]``: one row per quantity and one
+column per track (rows ``MEAN``, then the blocks' ``VAR``, ``CROSS`` and ``RATE_VAR``), because it runs the filter
+on every frame of every stream under one GIL, and numpy's per-call overhead, far higher on strided views such as
+``mean[:, 2:4]`` than on contiguous rows, was most of its cost. The ``(mean, cov)`` methods are the same filter in
+the textbook form; they expect covariances that this filter produced.
+
 Every method is pure: it takes and returns arrays and never keeps state.
 """
 from __future__ import annotations
@@ -17,7 +26,6 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 _MIN_SIZE_PX = 1.0
-
 
 @dataclass(frozen=True, slots=True)
 class KalmanNoise:
@@ -49,13 +57,34 @@ class KalmanNoise:
 
 
 _EDGE_TO_MEASUREMENT = np.array([0.5**0.5, 0.5**0.5, 2**0.5, 2**0.5])  # edge std -> (cx, cy, w, h) std
+_WHWH = np.array([2, 3, 2, 3])  # the size that scales each of (cx, cy, w, h)
+
+# Rows of the packed layout: the mean, then per coordinate its variance, its covariance with its rate, and the
+# rate's variance.
+STATE_ROWS = 20
+MEAN, POS, RATE = slice(0, 8), slice(0, 4), slice(4, 8)
+VAR, CROSS, RATE_VAR = slice(8, 12), slice(12, 16), slice(16, 20)
+# the same entries in a flattened 8x8 covariance, where (i, j) is at 8 i + j: every 9th entry, strided views
+_COV_VAR, _COV_CROSS, _COV_CROSS_T, _COV_RATE_VAR = slice(0, 28, 9), slice(4, 32, 9), slice(32, 60, 9), slice(36, 64, 9)
 
 
-def _scale(boxes_cxcywh: FloatArray) -> FloatArray:
-    """Per-coordinate size scale [N, 4]: (w, h, w, h), at least 1 px."""
-    w = np.maximum(boxes_cxcywh[:, 2], _MIN_SIZE_PX)
-    h = np.maximum(boxes_cxcywh[:, 3], _MIN_SIZE_PX)
-    return np.stack([w, h, w, h], axis=1)
+def _scale(boxes: FloatArray) -> FloatArray:
+    """Size scale [4, K] of packed states or ``(cx, cy, w, h)`` rows: (w, h, w, h), at least 1 px."""
+    return np.maximum(boxes.take(_WHWH, axis=0), _MIN_SIZE_PX)
+
+
+def pack(mean: FloatArray, cov: FloatArray) -> FloatArray:
+    """``(mean [T, 8], cov [T, 8, 8])`` to packed states [STATE_ROWS, T]."""
+    flat = cov.reshape(-1, 64)
+    return np.concatenate([mean.T, flat[:, _COV_VAR].T, flat[:, _COV_CROSS].T, flat[:, _COV_RATE_VAR].T])
+
+
+def unpack(states: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Packed states [STATE_ROWS, T] to ``(mean [T, 8], cov [T, 8, 8])``."""
+    cov = np.zeros((states.shape[1], 64))
+    cov[:, _COV_VAR], cov[:, _COV_RATE_VAR] = states[VAR].T, states[RATE_VAR].T
+    cov[:, _COV_CROSS] = cov[:, _COV_CROSS_T] = states[CROSS].T
+    return states[MEAN].T.copy(), cov.reshape(-1, 8, 8)
 
 
 class ConstantVelocityKalman:
@@ -67,17 +96,74 @@ class ConstantVelocityKalman:
 
     def __init__(self, noise: KalmanNoise | None = None) -> None:
         self.noise = noise if noise is not None else KalmanNoise()
+        n = self.noise
+        self._measurement_unit_std = (n.edge * _EDGE_TO_MEASUREMENT)[:, None]  # per pixel of box size
+        # process noise variance per second and squared pixel of box size: of the position, then of the rates
+        self._process_unit_var = n.position**2
+        self._rate_process_unit_var = np.array([[n.velocity], [n.velocity], [n.size_velocity], [n.size_velocity]]) ** 2
 
-    def _measurement_std(self, boxes_cxcywh: FloatArray) -> FloatArray:
-        """Measurement noise std [K, 4] of ``(cx, cy, w, h)`` for boxes of these sizes."""
-        return self.noise.edge * _EDGE_TO_MEASUREMENT * _scale(boxes_cxcywh)
+    # -- packed states [STATE_ROWS, K], the tracker's form ----------------------------------------------------
 
-    def _innovation_cov(self, mean: FloatArray, cov: FloatArray) -> FloatArray:
-        """``S = H P H^T + R`` [K, 4, 4]."""
-        s_cov = cov[:, :4, :4].copy()
-        idx = np.arange(4)
-        s_cov[:, idx, idx] += self._measurement_std(mean[:, :4]) ** 2
-        return s_cov
+    def initiate_states(self, boxes: FloatArray) -> FloatArray:
+        """New tracks, with zero velocity, from first detections ``(cx, cy, w, h)`` rows [4, K], pixels."""
+        s = _scale(boxes)
+        states = np.zeros((STATE_ROWS, boxes.shape[1]))
+        states[POS] = boxes
+        states[VAR] = (self._measurement_unit_std * s) ** 2
+        states[RATE_VAR] = (self.noise.initial_velocity * s) ** 2
+        return states
+
+    def predict_boxes(self, states: FloatArray, dt_s: float) -> FloatArray:
+        """``(cx, cy, w, h)`` rows [4, T] ``dt_s`` seconds ahead (``predict_states``'s boxes alone); a copy."""
+        if dt_s <= 0:
+            return states[POS].copy()
+        boxes = states[POS] + dt_s * states[RATE]
+        np.maximum(boxes[2:], _MIN_SIZE_PX, out=boxes[2:])
+        return boxes
+
+    def predict_states(self, states: FloatArray, dt_s: float) -> FloatArray:
+        """Every track ``dt_s`` seconds (>= 0) forward; sizes kept >= 1 px."""
+        x = states.copy()
+        if dt_s <= 0:
+            return x
+        x[POS] += dt_s * x[RATE]  # as predict_boxes
+        np.maximum(x[2:4], _MIN_SIZE_PX, out=x[2:4])
+        var, cross, s = x[VAR], x[CROSS], _scale(x)
+        # F P F^T with F = [[I, dt I], [0, I]], block by block: var + dt cross + dt cross', cross' = cross + dt rate
+        var += dt_s * cross
+        cross += dt_s * x[RATE_VAR]
+        var += dt_s * cross
+        s *= s  # + Q
+        var += dt_s * self._process_unit_var * s
+        x[RATE_VAR] += dt_s * self._rate_process_unit_var * s
+        return x
+
+    def innovation_var(self, states: FloatArray) -> FloatArray:
+        """Diagonal of ``S = H P H^T + R`` [4, K] (S is diagonal: coordinates are independent)."""
+        measurement_var: FloatArray = (self._measurement_unit_std * _scale(states)) ** 2
+        return states[VAR] + measurement_var
+
+    def update_states(self, states: FloatArray, boxes: FloatArray) -> FloatArray:
+        """Correct K tracks with one measurement each: column k of ``boxes`` [4, K], ``(cx, cy, w, h)``."""
+        x = states.copy()
+        k = x.shape[1]
+        # per coordinate, K = P H^T S^-1 = (var, cross) / s: [2, 4, K], the gains of the position and of the rate
+        var_cross = x[VAR.start:CROSS.stop].reshape(2, 4, k)
+        gain = var_cross / self.innovation_var(x)
+        mean = x[MEAN].reshape(2, 4, k)
+        mean += gain * (boxes - x[POS])
+        np.maximum(x[2:4], _MIN_SIZE_PX, out=x[2:4])
+        x[RATE_VAR] -= gain[1] * x[CROSS]  # P - K H P, block by block (the rate's first: it needs the old cross)
+        var_cross -= gain[0] * var_cross
+        return x
+
+    def mahalanobis_sq_states(self, states: FloatArray, boxes: FloatArray) -> FloatArray:
+        """``y^T S^-1 y`` [K] of column k of ``boxes`` [4, K] from track k's predicted measurement."""
+        innovation = boxes - states[POS]
+        d2: FloatArray = (innovation * innovation / self.innovation_var(states)).sum(axis=0)
+        return d2
+
+    # -- (mean [T, 8], cov [T, 8, 8]) ---------------------------------------------------------------------------
 
     def initiate(self, boxes_cxcywh: FloatArray) -> tuple[FloatArray, FloatArray]:
         """New tracks from first detections.
@@ -88,14 +174,7 @@ class ConstantVelocityKalman:
         Returns:
             mean (ndarray[K, 8]) with zero velocity, cov (ndarray[K, 8, 8]).
         """
-        z = np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4)
-        s = _scale(z)
-        mean = np.concatenate([z, np.zeros_like(z)], axis=1)
-        std = np.concatenate([self._measurement_std(z), self.noise.initial_velocity * s], axis=1)
-        cov = np.zeros((len(z), 8, 8))
-        idx = np.arange(8)
-        cov[:, idx, idx] = std**2
-        return mean, cov
+        return unpack(self.initiate_states(np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4).T))
 
     def predict(self, mean: FloatArray, cov: FloatArray, dt_s: float) -> tuple[FloatArray, FloatArray]:
         """Move every track ``dt_s`` seconds forward.
@@ -107,20 +186,7 @@ class ConstantVelocityKalman:
         Returns:
             mean (ndarray[T, 8]), cov (ndarray[T, 8, 8]) at the new time; sizes kept >= 1 px.
         """
-        if dt_s <= 0 or len(mean) == 0:
-            return mean.copy(), cov.copy()
-        new_mean = mean.copy()
-        new_mean[:, :4] += dt_s * mean[:, 4:]
-        new_mean[:, 2:4] = np.maximum(new_mean[:, 2:4], _MIN_SIZE_PX)
-        f = np.eye(8)
-        f[:4, 4:] = dt_s * np.eye(4)
-        s = _scale(new_mean[:, :4])
-        vel = np.array([self.noise.velocity] * 2 + [self.noise.size_velocity] * 2)
-        q_std = np.concatenate([self.noise.position * s, vel * s], axis=1)
-        new_cov = f @ cov @ f.T
-        idx = np.arange(8)
-        new_cov[:, idx, idx] += dt_s * q_std**2
-        return new_mean, new_cov
+        return unpack(self.predict_states(pack(mean, cov), dt_s))
 
     def update(self, mean: FloatArray, cov: FloatArray, boxes_cxcywh: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Correct K tracks with one measurement each (row k of ``boxes_cxcywh`` measures track k).
@@ -133,16 +199,7 @@ class ConstantVelocityKalman:
             mean (ndarray[K, 8]), cov (ndarray[K, 8, 8]) after the correction.
         """
         z = np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4)
-        if len(z) == 0:
-            return mean.copy(), cov.copy()
-        s_cov = self._innovation_cov(mean, cov)
-        pht = cov[:, :, :4]  # P H^T, [K, 8, 4]
-        gain = np.linalg.solve(s_cov, pht.transpose(0, 2, 1)).transpose(0, 2, 1)  # [K, 8, 4]; S is symmetric
-        innovation = z - mean[:, :4]
-        new_mean = mean + np.einsum("kij,kj->ki", gain, innovation)
-        new_mean[:, 2:4] = np.maximum(new_mean[:, 2:4], _MIN_SIZE_PX)
-        new_cov = cov - gain @ pht.transpose(0, 2, 1)
-        return new_mean, new_cov
+        return unpack(self.update_states(pack(mean, cov), z.T))
 
     def mahalanobis_sq(self, mean: FloatArray, cov: FloatArray, boxes_cxcywh: FloatArray) -> FloatArray:
         """Squared Mahalanobis distance of every measurement from every track's predicted measurement.
@@ -156,10 +213,6 @@ class ConstantVelocityKalman:
             4 degrees of freedom for true matches.
         """
         z = np.asarray(boxes_cxcywh, dtype=np.float64).reshape(-1, 4)
-        if len(mean) == 0 or len(z) == 0:
-            return np.zeros((len(mean), len(z)))
-        s_cov = self._innovation_cov(mean, cov)
-        innovation = z[None, :, :] - mean[:, None, :4]  # [T, N, 4]
-        solved = np.linalg.solve(s_cov, innovation.transpose(0, 2, 1))  # [T, 4, N]
-        d2: FloatArray = np.einsum("tni,tin->tn", innovation, solved)
-        return d2
+        track, meas = np.indices((len(mean), len(z))).reshape(2, -1)
+        d2 = self.mahalanobis_sq_states(pack(mean, cov).take(track, axis=1), z.T.take(meas, axis=1))
+        return d2.reshape(len(mean), len(z))

@@ -22,10 +22,13 @@ def match_pairs(sim: FloatArray, min_sim: float) -> tuple[IntArray, IntArray]:
     Returns:
         rows (ndarray[K] int64), cols (ndarray[K] int64): matched pairs, rows ascending.
     """
-    if sim.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty.copy()
-    margin = np.where(sim >= min_sim, sim - min_sim + 1e-9, 0.0)
+    candidate = sim >= min_sim
+    r, c = candidate.nonzero()
+    if len(set(r.tolist())) == len(set(c.tolist())) == len(r):
+        # no row or column has two candidates: matching them all is the one optimum (and the common case; the
+        # solver costs far more once tracks and detections number in the tens); rows come ascending
+        return r.astype(np.int64, copy=False), c.astype(np.int64, copy=False)
+    margin = np.where(candidate, sim - min_sim + 1e-9, 0.0)
     r, c = linear_sum_assignment(margin, maximize=True)
     ok = margin[r, c] > 0
     return r[ok].astype(np.int64), c[ok].astype(np.int64)

@@ -1,10 +1,12 @@
-"""The state of a tracker's live tracks, as parallel numpy arrays (select and append rows in one call each)."""
+"""The state of a tracker's live tracks, as parallel numpy arrays (select and append tracks in one call each)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
+
+from inferstream.tracking.kalman import STATE_ROWS
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -13,10 +15,9 @@ BoolArray = npt.NDArray[np.bool_]
 
 @dataclass(slots=True)
 class TrackTable:
-    """A tracker's live tracks as parallel arrays, one row per track (tentative tracks have ``ids == -1``)."""
+    """A tracker's live tracks as parallel arrays, the track axis last (tentative tracks have ``ids == -1``)."""
 
-    mean: FloatArray  # [T, 8] Kalman state of the (envelope) box at the tracker's state time
-    cov: FloatArray  # [T, 8, 8]
+    states: FloatArray  # [STATE_ROWS, T] packed Kalman states of the (envelope) box at the tracker's state time
     ids: IntArray  # [T]
     hits: IntArray  # [T] consecutive detection frames with a match
     first_seen_ns: IntArray  # [T]
@@ -25,7 +26,7 @@ class TrackTable:
     labels: IntArray  # [T] latest matched label
     scores: FloatArray  # [T] latest matched score
     angles: FloatArray  # [T] latest matched angle, radians
-    sizes: FloatArray  # [T, 2] latest matched unrotated (w, h), oriented boxes only
+    sizes: FloatArray  # [2, T] latest matched unrotated (w, h), oriented boxes only
 
     @classmethod
     def empty(cls) -> TrackTable:
@@ -33,17 +34,20 @@ class TrackTable:
         def ints() -> IntArray:
             return np.zeros(0, dtype=np.int64)
 
-        return cls(mean=np.zeros((0, 8)), cov=np.zeros((0, 8, 8)), ids=ints(), hits=ints(), first_seen_ns=ints(),
+        return cls(states=np.zeros((STATE_ROWS, 0)), ids=ints(), hits=ints(), first_seen_ns=ints(),
                    last_seen_ns=ints(), lost=np.zeros(0, dtype=bool), labels=ints(), scores=np.zeros(0),
-                   angles=np.zeros(0), sizes=np.zeros((0, 2)))
+                   angles=np.zeros(0), sizes=np.zeros((2, 0)))
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def select(self, keep: BoolArray | IntArray) -> TrackTable:
-        """The rows picked by a bool mask [T] or an index array (a copy)."""
-        return TrackTable(*(getattr(self, f.name)[keep] for f in fields(self)))
+        """The tracks picked by a bool mask [T] or an index array (a copy)."""
+        return TrackTable(*(getattr(self, name)[..., keep] for name in _FIELDS))
 
     def concat(self, other: TrackTable) -> TrackTable:
-        """These rows followed by ``other``'s (a copy)."""
-        return TrackTable(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)))
+        """These tracks followed by ``other``'s (a copy)."""
+        return TrackTable(*(np.concatenate([getattr(self, name), getattr(other, name)], axis=-1) for name in _FIELDS))
+
+
+_FIELDS = tuple(f.name for f in fields(TrackTable))
