@@ -8,8 +8,15 @@ import pytest
 from inferstream.serial import SerialWorker, shared_worker
 
 
+def _worker(name: str, users: int = 2) -> SerialWorker:
+    worker = SerialWorker(name)
+    for _ in range(users):
+        worker.acquire()
+    return worker
+
+
 def test_jobs_of_many_threads_run_on_the_worker_thread_and_return_their_own_results() -> None:
-    worker = SerialWorker("test-serial")
+    worker = _worker("test-serial")
     results: dict[int, list[tuple[int, str]]] = {}
 
     def submit(k: int) -> None:
@@ -27,7 +34,7 @@ def test_jobs_of_many_threads_run_on_the_worker_thread_and_return_their_own_resu
 
 
 def test_a_failing_job_raises_in_its_caller_and_the_worker_goes_on() -> None:
-    worker = SerialWorker("test-serial-errors")
+    worker = _worker("test-serial-errors")
 
     def boom() -> None:
         raise ValueError("bad frame")
@@ -38,8 +45,17 @@ def test_a_failing_job_raises_in_its_caller_and_the_worker_goes_on() -> None:
 
 
 def test_a_job_submitting_a_job_runs_it_in_place() -> None:
-    worker = SerialWorker("test-serial-nested")
+    worker = _worker("test-serial-nested")
     assert worker.run(lambda: worker.run(lambda: "inner") + "+outer") == "inner+outer"
+
+
+def test_with_one_user_jobs_run_in_the_callers_thread() -> None:
+    worker = _worker("test-serial-alone", users=1)
+    assert worker.run(lambda: threading.current_thread()) is threading.current_thread()
+    worker.acquire()
+    assert worker.run(lambda: threading.current_thread().name) == "test-serial-alone"
+    worker.release()
+    assert worker.run(lambda: threading.current_thread()) is threading.current_thread()
 
 
 def test_shared_worker_is_one_per_name() -> None:

@@ -6,11 +6,16 @@ work. The time went to GIL hand-offs between threads, not to computing. A stream
 to a ``SerialWorker`` only queues it and sleeps (the GIL released) until it is done. The worker runs the queued
 jobs back to back, so there are two GIL hand-offs per job instead of one per preemption.
 
+The worker releases the GIL between jobs (``time.sleep(0)``): a thread that needs it back, such as a pyinfer batch
+thread coming back from the GPU, then waits one job at most instead of the switch interval (5 ms). With one user
+(``acquire``/``release`` count them) the hop is pure cost, so jobs then run in the caller's thread.
+
 No GStreamer here: jobs are plain callables. A job's exception is raised in the thread that submitted it.
 """
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,11 +40,24 @@ class SerialWorker:
         self._jobs: deque[_Job[object]] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._users = 0
+
+    def acquire(self) -> None:
+        """Count one more user (e.g. a started element)."""
+        with self._cond:
+            self._users += 1
+
+    def release(self) -> None:
+        with self._cond:
+            self._users = max(0, self._users - 1)
 
     def run(self, fn: Callable[[], T]) -> T:
-        """``fn()`` on the worker thread; blocks until it returned and returns its result (or raises its error)."""
-        if threading.current_thread() is self._thread:
-            return fn()  # a job submitting a job: run it in place, the worker would wait for itself
+        """``fn()`` on the worker thread; blocks until it returned and returns its result (or raises its error).
+
+        Runs ``fn`` in the calling thread when there is at most one user, and for a job submitting a job (the
+        worker would wait for itself)."""
+        if self._users <= 1 or threading.current_thread() is self._thread:
+            return fn()
         job: _Job[T] = _Job(fn)
         with self._cond:
             if self._thread is None:
@@ -64,6 +82,7 @@ class SerialWorker:
                 except BaseException as exc:  # handed to the submitting thread, which reports it
                     job.error = exc
                 job.done.set()
+                time.sleep(0)  # let a thread waiting for the GIL have it now (see the module docstring)
 
 
 _WORKERS: dict[str, SerialWorker] = {}

@@ -64,9 +64,10 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
                              "for pipeline-unique ids)", 1, 0, 2**31 - 1)
     operate_on_unique_id = props.integer("Operate on unique id", "Track only detections of this producer "
                                          "(pyinfer unique-id); -1 tracks all", -1, -1, 2**31 - 1)
-    shared_thread = props.boolean("Shared thread", "Track on one thread shared by every pytracker of the process, "
-                                  "one frame after another: with many streams this avoids the GIL hand-offs "
-                                  "between streaming threads that otherwise cost more than the tracking", True)
+    shared_thread = props.boolean("Shared thread", "While several pytrackers run in the process, track on one "
+                                  "thread shared by all of them, one frame after another: with many streams this "
+                                  "avoids the GIL hand-offs between streaming threads that otherwise cost more than "
+                                  "the tracking", True)
     unique_id = props.integer("Unique id", "Producer id recorded on the boxes this element predicts for frames "
                               "without detections", 1000, 0, 2**31 - 1)
 
@@ -97,6 +98,14 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._operate_on = None if self.operate_on_unique_id < 0 else self.operate_on_unique_id
         self._output_lost = self.output_lost_tracks
         self._worker = shared_worker("inferstream-tracking") if self.shared_thread else None
+        if self._worker is not None:
+            self._worker.acquire()
+        return True
+
+    def do_stop(self) -> bool:
+        if self._worker is not None:
+            self._worker.release()
+            self._worker = None
         return True
 
     def do_sink_event(self, event: Gst.Event) -> bool:
