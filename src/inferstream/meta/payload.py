@@ -25,7 +25,7 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst  # noqa: E402
 
-from inferstream.gstnative import buffer_address  # noqa: E402
+from inferstream.gstnative import buffer_address, cdll  # noqa: E402
 
 PAYLOAD_META: Final = "inferstream-payload"
 
@@ -52,7 +52,7 @@ class PayloadMeta:
 @functools.cache
 def _native() -> Any:
     """libgstreamer/libgobject entry points (already loaded by gi under the same sonames) + the meta's API type."""
-    gst, gobj = ctypes.CDLL("libgstreamer-1.0.so.0"), ctypes.CDLL("libgobject-2.0.so.0")
+    gst, gobj = cdll("libgstreamer-1.0.so.0"), cdll("libgobject-2.0.so.0")
     vp, cp, size, uint = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint
     for lib, name, res, args in (
             (gst, "gst_buffer_add_custom_meta", vp, (vp, cp)), (gst, "gst_custom_meta_get_structure", vp, (vp,)),
