@@ -32,7 +32,8 @@ import torch
 from gi.repository import Gst, GstVideo
 
 from inferstream.frames import cuda
-from inferstream.frames.cuda import CudaContextMismatchError, mapped_cuda_frames, share_torch_context
+from inferstream.frames.cuda import mapped_cuda_frames
+from inferstream.frames.cuda_context import CudaContextMismatchError, share_torch_context, torch_context_handle
 from inferstream.frames.system import mapped_frame
 from inferstream.ops.color import to_rgb
 
@@ -166,7 +167,7 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
         out["as_tensor_one_plane"] = _median_us(lambda: torch.as_tensor(cuda.CudaArrayView(cai), device=dev))
         out["gst_stream_handle"] = _median_us(lambda: cuda._gst_stream_handle(mem))
         gs = cuda._gst_stream_handle(mem)
-        consumer, ctx = torch.cuda.current_stream(dev).cuda_stream, cuda.torch_context_handle(dev.index)
+        consumer, ctx = torch.cuda.current_stream(dev).cuda_stream, torch_context_handle(dev.index)
         out["stream_wait"] = _median_us(lambda: cuda.stream_wait(consumer, gs, ctx))
         out["colorimetry_of"] = _median_us(lambda: cuda_colorimetry(info))
         out["memory_layout"] = _median_us(lambda: cuda._memory_layout(cuda.GstCudaMemoryC.from_address(mem), info))

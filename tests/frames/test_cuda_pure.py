@@ -12,15 +12,8 @@ import torch
 
 from inferstream.errors import ConfigError, UnsupportedFormatError
 from inferstream.frames import cuda
-from inferstream.frames.cuda import (
-    CudaArrayView,
-    CudaContextMismatchError,
-    PlaneLayout,
-    cuda_array_interface,
-    frame_nbytes,
-    mismatch_message,
-    plane_layouts,
-)
+from inferstream.frames.cuda import CudaArrayView, PlaneLayout, cuda_array_interface, frame_nbytes, plane_layouts
+from inferstream.frames.cuda_context import CudaContextMismatchError, mismatch_message, share_torch_context
 from inferstream.frames.raw import PACKED_FORMATS
 
 HAS_GPU = torch.cuda.is_available()
@@ -174,7 +167,7 @@ def test_mapped_cuda_frames_match_cudadownload(fmt: str) -> None:
 
     from inferstream.frames.system import mapped_frame
 
-    cuda.share_torch_context(pipeline.get_bus())
+    share_torch_context(pipeline.get_bus())
     pipeline.set_state(Gst.State.PLAYING)
     try:
         sg = pipeline.get_by_name("gpu").emit("try-pull-sample", 10 * Gst.SECOND)

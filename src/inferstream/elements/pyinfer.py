@@ -286,7 +286,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     def do_gst_base_transform_query(self, direction: Gst.PadDirection, query: Gst.Query) -> bool:
         """GstBaseTransform's ``query`` (PyGObject needs the qualified name: GstElement has a ``query`` too)."""
         if query.type == Gst.QueryType.CONTEXT and self._cuda_ok():
-            from inferstream.frames.cuda import answer_context_query
+            from inferstream.frames.cuda_context import answer_context_query
 
             try:
                 if answer_context_query(self, query, self._device_index()):
@@ -299,7 +299,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         return handled
 
     def do_set_context(self, context: Gst.Context) -> None:
-        from inferstream.frames.cuda import CUDA_CONTEXT_TYPE, check_gst_context
+        from inferstream.frames.cuda_context import CUDA_CONTEXT_TYPE, check_gst_context
 
         if context.get_context_type() == CUDA_CONTEXT_TYPE and self._cuda_ok():
             try:

@@ -1,16 +1,10 @@
 """CUDA-memory video buffers (``video/x-raw(memory:CUDAMemory)``) as zero-copy torch CUDA tensors.
 
-Two jobs, both at the GStreamer edge:
-
-1. ``mapped_cuda_frames(buf, info)``: map the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
+``mapped_cuda_frames(buf, info)``: map the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
    (through ctypes: gst-python's ``Buffer.map`` drops the CUDA flag) and hand out a ``RawFrame`` whose planes are
    ``torch.uint8`` CUDA tensors viewing the device memory with its pitch (no copy), built from
    ``__cuda_array_interface__`` dicts. Strides and offsets come from the memory's own ``GstVideoInfo``.
-2. Context sharing: GStreamer's CUDA elements create their own ``CUcontext`` unless the application hands them
-   one. Memory of another context cannot be read by torch's kernels, so the pipeline must use torch's primary
-   context: ``share_torch_context(pipeline | bus | element)``, or the building blocks ``torch_gst_context``,
-   ``answer_need_context`` (bus sync handler), ``answer_context_query`` / ``check_gst_context`` (an element's
-   query / ``do_set_context`` path). A frame from another context raises ``CudaContextMismatchError``.
+Context sharing (torch's primary context for GStreamer's CUDA elements) lives in ``frames.cuda_context``.
 
 Synchronisation (GStreamer ≥ 1.24 does not synchronise a ``GST_MAP_CUDA`` map):
 
@@ -36,28 +30,31 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from inferstream.errors import ConfigError, UnsupportedFormatError
+from inferstream.errors import UnsupportedFormatError
+from inferstream.frames.cuda_context import (
+    CudaContextMismatchError,
+    c_address,
+    check_cu,
+    device_index,
+    mismatch_message,
+    torch_context_handle,
+)
 from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
-from inferstream.gstnative import bind, buffer_address, cdll, pydll
+from inferstream.gstnative import bind, buffer_address, pydll
 
 if TYPE_CHECKING:
-    from gi.repository import Gst, GstCuda, GstVideo
+    from gi.repository import Gst, GstVideo
 
 GST_MAP_READ: Final = 1 << 0
 GST_MAP_CUDA: Final = 1 << 17  # GST_MAP_FLAG_LAST << 1 (gst/cuda/gstcudamemory.h): 0x20000
-CUDA_CONTEXT_TYPE: Final = "gst.cuda.context"  # GST_CUDA_CONTEXT_TYPE
 SUPPORTED_FORMATS: Final[tuple[str, ...]] = PACKED_FORMATS + PLANAR_FORMATS
 _CHANNELS: Final = {f: 3 if len(f) == 3 else 4 for f in PACKED_FORMATS}
 _N_PLANES: Final = {"NV12": 2, "I420": 3} | {f: 1 for f in PACKED_FORMATS}
-
-
-class CudaContextMismatchError(ConfigError):
-    """A CUDA buffer lives in a CUDA context other than torch's: the pipeline was not given torch's context."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -167,15 +164,6 @@ class CudaArrayView:
         self.__cuda_array_interface__ = interface
 
 
-def mismatch_message(memory_ctx: int, torch_ctx: int, device: int) -> str:
-    """The text of ``CudaContextMismatchError``: what is wrong and what to do."""
-    return (f"CUDA buffer belongs to CUDA context {memory_ctx:#x}, not torch's primary context {torch_ctx:#x} on "
-            f"cuda:{device}: torch kernels cannot read another context's memory. GStreamer's CUDA elements "
-            f"(nvh264dec, cudaupload, cudaconvert, ...) create their own context unless the application shares "
-            f"one: call inferstream.frames.cuda.share_torch_context(pipeline) before the pipeline leaves NULL, or "
-            f"answer NEED_CONTEXT '{CUDA_CONTEXT_TYPE}' messages with answer_need_context() in a bus sync handler.")
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # C structs read through ctypes (layouts of GStreamer 1.28, x86_64; pinned by tests/frames/test_cuda_pure.py)
 # ---------------------------------------------------------------------------------------------------------------
@@ -239,193 +227,6 @@ def _native() -> _Native:
     return _Native(gst, cg)
 
 
-@functools.cache
-def _libcuda() -> ctypes.CDLL:
-    cu = cdll("libcuda.so.1")
-    vp, i = ctypes.c_void_p, ctypes.c_int
-    bind(cu, [("cuInit", i, (ctypes.c_uint,)), ("cuDeviceGet", i, (ctypes.POINTER(i), i)),
-              ("cuDevicePrimaryCtxRetain", i, (ctypes.POINTER(vp), i))])
-    return cu
-
-
-def _check_cu(result: int, call: str) -> None:
-    if result != 0:
-        raise RuntimeError(f"{call} failed: CUresult {result}")
-
-
-def _address(value: Any) -> int:
-    """A C pointer as int, whether it came back as an int, None or a PyCapsule (GI ``gpointer`` returns)."""
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    return int(get(value, None) or 0)
-
-
-def _device_index(device: int | None) -> int:
-    import torch
-
-    return torch.cuda.current_device() if device is None else int(device)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Context sharing
-# ---------------------------------------------------------------------------------------------------------------
-@functools.cache
-def torch_context_handle(device: int) -> int:
-    """torch's primary ``CUcontext`` on ``device`` (retained once for the life of the process).
-
-    Args:
-        device: CUDA device ordinal as torch numbers it.
-
-    Returns:
-        The ``CUcontext`` address.
-    """
-    import torch
-
-    torch.cuda.init()
-    cu = _libcuda()
-    _check_cu(cu.cuInit(0), "cuInit")
-    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-    _check_cu(cu.cuDeviceGet(ctypes.byref(dev), device), f"cuDeviceGet({device})")
-    _check_cu(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev.value), "cuDevicePrimaryCtxRetain")
-    if not ctx.value:
-        raise RuntimeError(f"cuDevicePrimaryCtxRetain returned no context for cuda:{device}")
-    return int(ctx.value)
-
-
-_CONTEXTS: dict[int, tuple[GstCuda.CudaContext, Gst.Context]] = {}
-_CONTEXTS_LOCK = threading.Lock()
-
-
-def _gst_cuda() -> Any:
-    import gi
-
-    gi.require_version("Gst", "1.0")
-    gi.require_version("GstCuda", "1.0")
-    from gi.repository import GstCuda
-
-    return GstCuda
-
-
-def torch_gst_context(device: int | None = None) -> Gst.Context:
-    """The ``gst.cuda.context`` ``Gst.Context`` wrapping torch's primary context (one per device, cached).
-
-    Every element given it shares one ``GstCudaContext`` object, so buffers flow between them without copies and
-    torch can read them.
-
-    Args:
-        device: CUDA ordinal; ``None`` = ``torch.cuda.current_device()``.
-
-    Raises:
-        RuntimeError: GStreamer cannot load libcuda, or wrapping the context fails.
-    """
-    dev = _device_index(device)
-    with _CONTEXTS_LOCK:
-        if dev not in _CONTEXTS:
-            gst_cuda = _gst_cuda()
-            if not gst_cuda.cuda_load_library():
-                raise RuntimeError("GstCuda could not load libcuda.so.1 (no NVIDIA driver?)")
-            cuda_ctx = gst_cuda.CudaContext.new_wrapped(torch_context_handle(dev), dev)
-            if cuda_ctx is None:
-                raise RuntimeError(f"gst_cuda_context_new_wrapped failed for torch's context on cuda:{dev}")
-            _CONTEXTS[dev] = (cuda_ctx, gst_cuda.context_new_cuda_context(cuda_ctx))
-        return _CONTEXTS[dev][1]
-
-
-def answer_need_context(message: Gst.Message, device: int | None = None) -> bool:
-    """Answer a ``NEED_CONTEXT`` message for ``gst.cuda.context`` by giving its source torch's context.
-
-    Call it from a bus *sync* handler (the element waits for the answer on its own thread).
-
-    Returns:
-        True when the message was such a request and has been answered; False for any other message.
-    """
-    from gi.repository import Gst
-
-    if message.type != Gst.MessageType.NEED_CONTEXT:
-        return False
-    ok, ctx_type = message.parse_context_type()
-    if not ok or ctx_type != CUDA_CONTEXT_TYPE or not isinstance(message.src, Gst.Element):
-        return False
-    message.src.set_context(torch_gst_context(device))
-    return True
-
-
-def need_context_sync_handler(device: int | None = None) -> Callable[[Gst.Bus, Gst.Message], Gst.BusSyncReply]:
-    """A bus sync handler that answers CUDA ``NEED_CONTEXT`` requests and passes every message on."""
-    from gi.repository import Gst
-
-    def handler(_bus: Gst.Bus, message: Gst.Message) -> Gst.BusSyncReply:
-        answer_need_context(message, device)
-        return Gst.BusSyncReply.PASS
-
-    return handler
-
-
-def answer_context_query(element: Gst.Element, query: Gst.Query, device: int | None = None) -> bool:
-    """For an element's ``do_query``: answer a ``CONTEXT`` query for ``gst.cuda.context`` with torch's context.
-
-    Returns:
-        True when answered (return True from ``do_query``), False when the query is something else.
-    """
-    from gi.repository import Gst
-
-    if query.type != Gst.QueryType.CONTEXT:
-        return False
-    ok, ctx_type = query.parse_context_type()
-    if not ok or ctx_type != CUDA_CONTEXT_TYPE:
-        return False
-    dev = _device_index(device)
-    torch_gst_context(dev)
-    return bool(_gst_cuda().cuda_handle_context_query(element, query, _CONTEXTS[dev][0]))
-
-
-def check_gst_context(context: Gst.Context, device: int | None = None) -> bool:
-    """For an element's ``do_set_context``: check that a ``gst.cuda.context`` it is given is torch's.
-
-    Returns:
-        True for a CUDA context wrapping torch's primary context, False for a context of another type.
-
-    Raises:
-        CudaContextMismatchError: a CUDA context other than torch's (the element would produce memory that torch
-            kernels cannot read).
-    """
-    if context.get_context_type() != CUDA_CONTEXT_TYPE:
-        return False
-    dev = _device_index(device)
-    cuda_ctx = context.get_structure().get_value(CUDA_CONTEXT_TYPE)
-    handle = _address(cuda_ctx.get_handle()) if cuda_ctx is not None else 0
-    if handle != torch_context_handle(dev):
-        raise CudaContextMismatchError(mismatch_message(handle, torch_context_handle(dev), dev))
-    return True
-
-
-def share_torch_context(target: Gst.Element | Gst.Bus, device: int | None = None) -> Gst.Context:
-    """Make GStreamer's CUDA elements use torch's primary context.
-
-    - a ``Gst.Bin`` / ``Gst.Pipeline`` or any element: ``set_context`` (a bin passes it to its children, also to
-      those added later); call before the pipeline leaves NULL.
-    - a ``Gst.Bus``: installs ``need_context_sync_handler`` as its sync handler (this replaces any other sync
-      handler; compose with ``answer_need_context`` to keep your own).
-
-    Returns:
-        The ``Gst.Context`` handed out.
-    """
-    from gi.repository import Gst
-
-    ctx = torch_gst_context(device)
-    if isinstance(target, Gst.Bus):
-        target.set_sync_handler(need_context_sync_handler(device))
-    elif isinstance(target, Gst.Element):
-        target.set_context(ctx)
-    else:
-        raise TypeError(f"target: expected a Gst.Element (pipeline, bin, element) or Gst.Bus, got {type(target)}")
-    return ctx
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Mapping
 # ---------------------------------------------------------------------------------------------------------------
@@ -484,15 +285,15 @@ def stream_wait(waiter: int, signaller: int, context: int) -> None:
     event = getattr(_THREAD, "events", {}).get(context)
     if event is None:
         current = ctypes.c_void_p()
-        _check_cu(cu.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+        check_cu(cu.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
         if current.value != context:
-            _check_cu(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+            check_cu(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
         created = ctypes.c_void_p()
-        _check_cu(cu.cuEventCreate(ctypes.byref(created), _CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        check_cu(cu.cuEventCreate(ctypes.byref(created), _CU_EVENT_DISABLE_TIMING), "cuEventCreate")
         event = created.value
         _THREAD.events = {**getattr(_THREAD, "events", {}), context: event}
-    _check_cu(cu.cuEventRecord(event, signaller), "cuEventRecord")
-    _check_cu(cu.cuStreamWaitEvent(waiter, event, 0), "cuStreamWaitEvent")
+    check_cu(cu.cuEventRecord(event, signaller), "cuEventRecord")
+    check_cu(cu.cuStreamWaitEvent(waiter, event, 0), "cuStreamWaitEvent")
 
 
 @contextmanager
@@ -512,7 +313,7 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int
     Raises:
         UnsupportedFormatError: not CUDA memory, several memories, an unsupported format or a layout that does
             not match the caps.
-        CudaContextMismatchError: the memory is not in torch's context (see ``share_torch_context``).
+        CudaContextMismatchError: the memory is not in torch's context (see ``frames.cuda_context.share_torch_context``).
         RuntimeError: ``gst_memory_map`` failed.
     """
     import torch
@@ -525,8 +326,8 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int
                                      f"{list(SUPPORTED_FORMATS)}")
     mem = _cuda_memory(buf)
     cmem = GstCudaMemoryC.from_address(mem)
-    dev = torch.device("cuda", _device_index(device))
-    mem_ctx = _address(_native().cuda_gst.gst_cuda_context_get_handle(cmem.context)) if cmem.context else 0
+    dev = torch.device("cuda", device_index(device))
+    mem_ctx = c_address(_native().cuda_gst.gst_cuda_context_get_handle(cmem.context)) if cmem.context else 0
     if mem_ctx != torch_context_handle(dev.index):
         raise CudaContextMismatchError(mismatch_message(mem_ctx, torch_context_handle(dev.index), dev.index))
     strides, offsets = _memory_layout(cmem, info)

@@ -1,0 +1,74 @@
+"""batching.BatchGroup with FrameJobs: the batch's thread maps, infers and delivers for every member; a frame that
+fails fails alone. Real Detector (the blob model of tests/blobs.py), real threads, no GStreamer."""
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager, nullcontext
+
+import pytest
+import torch
+
+from inferstream.batching import BatchGroup
+from inferstream.detections import Detections
+from inferstream.frames.raw import RawFrame
+from inferstream.inference import Detector, InferConfig
+
+
+def _square_frame(x: int) -> RawFrame:
+    """A black RGB frame with a red 40x40 square at (x, 30)."""
+    img = torch.zeros((120, 200, 3), dtype=torch.uint8)
+    img[30:70, x:x + 40, 0] = 255
+    return RawFrame("RGB", 200, 120, (img,))
+
+
+class _Job:
+    def __init__(self, frame: RawFrame | None) -> None:
+        self._frame = frame
+        self.dets: Detections | None = None
+        self.mapped_thread: str | None = None
+        self.delivered_thread: str | None = None
+
+    def frame(self) -> AbstractContextManager[RawFrame]:
+        self.mapped_thread = threading.current_thread().name
+        if self._frame is None:
+            raise ValueError("cannot map this buffer")
+        return nullcontext(self._frame)
+
+    def deliver(self, dets: Detections, detector: Detector) -> None:
+        self.delivered_thread = threading.current_thread().name
+        self.dets = dets
+
+
+@pytest.fixture(scope="module")
+def group() -> BatchGroup:
+    cfg = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", labels=("red", "green", "blue"),
+                      precision="fp32")
+    g = BatchGroup("jobs", cfg, Detector(cfg), batch_size=4, max_latency_s=5.0)
+    for _ in range(4):
+        g.join()
+    return g
+
+
+def test_one_thread_runs_the_batch_and_each_job_gets_its_own_frames_detections(group: BatchGroup) -> None:
+    jobs = [_Job(_square_frame(10 + 40 * i)) for i in range(3)] + [_Job(None)]
+    errors: dict[int, BaseException] = {}
+
+    def member(i: int) -> None:
+        try:
+            group.infer(jobs[i], group.cfg.params)
+        except BaseException as exc:
+            errors[i] = exc
+
+    threads = [threading.Thread(target=member, args=(i,), name=f"stream{i}") for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert list(errors) == [3] and "cannot map this buffer" in str(errors[3])  # the failing frame fails alone
+    runners = {j.mapped_thread for j in jobs} | {j.delivered_thread for j in jobs[:3]}
+    assert len(runners) == 1  # mapped and delivered by the one thread that ran the batch
+    for i, job in enumerate(jobs[:3]):
+        assert job.dets is not None and job.dets.labels.tolist() == [0]
+        torch.testing.assert_close(job.dets.boxes_xyxy[0], torch.tensor([10.0 + 40 * i, 30, 50.0 + 40 * i, 70]),
+                                   atol=1.5, rtol=0)
+    assert group.stats.batches == 1 and group.stats.frames == 4
