@@ -135,16 +135,23 @@ class Detector:
         with torch.inference_mode(), _on_stream(self._stream):
             batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype,
                                          exact=_EXACT[self.cfg.preprocess])
-            per_frame = self.decoder(self.backend(batch), params or self.cfg.params)
-            merged = to_host(Detections.merge(per_frame))
+            outputs = self.backend(batch)
+            params = params or self.cfg.params
+            if hasattr(self.decoder, "flat"):  # the built-in decoders: rows of the whole batch, split on the host
+                image_ids, rows = self.decoder.flat(outputs, params)
+                merged, image_ids = to_host(rows, image_ids)
+            else:  # a user's postprocess: one Detections per frame
+                per_frame = self.decoder(outputs, params)
+                merged = to_host(Detections.merge(per_frame))[0]
+                sizes = torch.tensor([len(d) for d in per_frame])
+                image_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
         # the rest on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
-        counts = [len(d) for d in per_frame]
-        rows = torch.repeat_interleave(torch.arange(len(frames)), torch.tensor(counts, dtype=torch.int64))
+        counts = torch.bincount(image_ids, minlength=len(frames)).tolist()
         # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
-        boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[rows, None], lb.scale_y[rows, None],
-                                 lb.pad_x[rows, None], lb.pad_y[rows, None])
+        boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[image_ids, None], lb.scale_y[image_ids, None],
+                                 lb.pad_x[image_ids, None], lb.pad_y[image_ids, None])
         if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
-            sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32)[rows]
+            sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32)[image_ids]
             boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
         return replace(merged, boxes_xyxy=boxes).split(counts)
 
@@ -176,26 +183,30 @@ def _on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
         raise
 
 
-def to_host(dets: Detections) -> Detections:
-    """``dets`` on the CPU in one device-to-host copy: the fields are packed into one float64 tensor (exact for
-    float32 values and for integers below 2**53), copied, and unpacked.
+def to_host(dets: Detections, image_ids: torch.Tensor | None = None) -> tuple[Detections, torch.Tensor]:
+    """``dets`` (and the image index of each row) on the CPU in one device-to-host copy: the fields are packed into
+    one float64 tensor (exact for float32 values and for integers below 2**53), copied, and unpacked.
 
     Args:
         dets: N detections on any device.
+        image_ids: optional ``[N]`` int64 on the same device.
 
     Returns:
-        The same detections on the CPU (``dets`` itself when it is there already).
+        ``(dets, image_ids)`` on the CPU (``image_ids`` all zeros when not given).
     """
     import torch
 
     from inferstream.detections import Detections
 
+    if image_ids is None:
+        image_ids = torch.zeros(len(dets), dtype=torch.int64, device=dets.boxes_xyxy.device)
     if dets.boxes_xyxy.device.type == "cpu":
-        return dets
+        return dets, image_ids.cpu()
     optional = [t for t in (dets.angles_rad, dets.track_ids) if t is not None]
     packed = torch.cat([dets.boxes_xyxy.double(), dets.scores.double()[:, None], dets.labels.double()[:, None],
-                        *(t.double()[:, None] for t in optional)], dim=1).cpu()
-    extra = iter(packed[:, 6:].unbind(1))
-    return Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
+                        image_ids.double()[:, None], *(t.double()[:, None] for t in optional)], dim=1).cpu()
+    extra = iter(packed[:, 7:].unbind(1))
+    host = Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
                       angles_rad=next(extra).float() if dets.angles_rad is not None else None,
                       track_ids=next(extra).long() if dets.track_ids is not None else None)
+    return host, packed[:, 6].long()

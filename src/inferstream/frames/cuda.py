@@ -313,7 +313,8 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int
     Raises:
         UnsupportedFormatError: not CUDA memory, several memories, an unsupported format or a layout that does
             not match the caps.
-        CudaContextMismatchError: the memory is not in torch's context (see ``frames.cuda_context.share_torch_context``).
+        CudaContextMismatchError: the memory is not in torch's context (see
+            ``frames.cuda_context.share_torch_context``).
         RuntimeError: ``gst_memory_map`` failed.
     """
     import torch

@@ -47,7 +47,8 @@ def _relation_meta(buf: Gst.Buffer) -> int:
     return int(rmeta)
 
 
-def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int], producer: int | None = None) -> list[int]:
+def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int],
+                     producer: int | None = None) -> list[int]:
     """Attach ``dets`` (CPU tensors, frame pixels) to ``buf``; returns the ODMtd ids in row order.
 
     Args:

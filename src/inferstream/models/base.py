@@ -33,3 +33,15 @@ class Decoder(Protocol):
     """
 
     def __call__(self, outputs: list[Tensor], params: DecodeParams) -> list[Detections]: ...
+
+
+class FlatDecoder(Decoder, Protocol):
+    """A decoder that can also return the whole batch's rows at once: the built-in ones do, so the runner copies
+    them to the host in one piece and splits them there, with no per-image work on the device.
+
+    Returns (``flat``):
+        ``(image_ids [N] int64, rows)``: the rows of every image, grouped by image in batch order; boxes in
+        model-input pixels.
+    """
+
+    def flat(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections]: ...

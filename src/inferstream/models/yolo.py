@@ -30,7 +30,7 @@ from inferstream.ops.nms import by_image_then_score, nms_cxcywhr, nms_xyxy, rank
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from inferstream.models.base import DecodeParams
+    from inferstream.models.base import DecodeParams, FlatDecoder
 
 MAX_NMS = 30000  # ultralytics' default cap on candidates per image entering NMS
 
@@ -43,12 +43,15 @@ class AnchorFreeDecoder:
     max_nms: int = MAX_NMS
 
     def __call__(self, outputs: list[Tensor], params: DecodeParams) -> list[Detections]:
+        return per_image(self, outputs, params)
+
+    def flat(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections]:
         pred = _first(outputs, "yolo", channels=4 + self.num_classes)
         boxes, scores, labels, img = _candidates(pred, self.num_classes, params, self.max_nms)
         boxes = cxcywh_to_xyxy(boxes)
         keep = nms_xyxy(boxes, scores, labels, img, params.iou, params.agnostic)
         keep = keep[rank_in_image(img[keep]) < params.max_det]
-        return _split(pred.shape[0], img[keep], boxes[keep], scores[keep], labels[keep])
+        return img[keep], _rows(boxes[keep], scores[keep], labels[keep])
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +62,15 @@ class ObbDecoder:
     max_nms: int = MAX_NMS
 
     def __call__(self, outputs: list[Tensor], params: DecodeParams) -> list[Detections]:
+        return per_image(self, outputs, params)
+
+    def flat(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections]:
         pred = _first(outputs, "yolo-obb", channels=5 + self.num_classes)
         cxcywhr, scores, labels, img = _candidates(pred, self.num_classes, params, self.max_nms, angle=True)
         keep = nms_cxcywhr(cxcywhr, scores, labels, img, params.iou, params.agnostic)
         keep = keep[rank_in_image(img[keep]) < params.max_det]
         kept = cxcywhr[keep]
-        return _split(pred.shape[0], img[keep], cxcywh_to_xyxy(kept[:, :4]), scores[keep], labels[keep], kept[:, 4])
+        return img[keep], _rows(cxcywh_to_xyxy(kept[:, :4]), scores[keep], labels[keep], kept[:, 4])
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +80,13 @@ class EndToEndDecoder:
     num_classes: int = 0
 
     def __call__(self, outputs: list[Tensor], params: DecodeParams) -> list[Detections]:
+        return per_image(self, outputs, params)
+
+    def flat(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections]:
         pred = _first(outputs, "yolo-end2end", width=6)
         img, row = _filter_rows(pred, params)
         sel = pred[img, row].float()
-        return _split(pred.shape[0], img, sel[:, :4], sel[:, 4], sel[:, 5].long())
+        return img, _rows(sel[:, :4], sel[:, 4], sel[:, 5].long())
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +96,13 @@ class ObbEndToEndDecoder:
     num_classes: int = 0
 
     def __call__(self, outputs: list[Tensor], params: DecodeParams) -> list[Detections]:
+        return per_image(self, outputs, params)
+
+    def flat(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections]:
         pred = _first(outputs, "yolo-obb-end2end", width=7)
         img, row = _filter_rows(pred, params)
         sel = pred[img, row].float()
-        return _split(pred.shape[0], img, cxcywh_to_xyxy(sel[:, :4]), sel[:, 4], sel[:, 5].long(), sel[:, 6])
+        return img, _rows(cxcywh_to_xyxy(sel[:, :4]), sel[:, 4], sel[:, 5].long(), sel[:, 6])
 
 
 def _first(outputs: list[Tensor], family: str, channels: int | None = None, width: int | None = None) -> Tensor:
@@ -143,14 +155,13 @@ def _keep_classes(mask: Tensor, labels: Tensor, params: DecodeParams) -> Tensor:
     return mask & torch.isin(labels, wanted)
 
 
-def _split(
-    batch: int, image_ids: Tensor, boxes_xyxy: Tensor, scores: Tensor, labels: Tensor, angles: Tensor | None = None
-) -> list[Detections]:
-    """Per-image Detections from rows grouped by image (one host sync for the counts)."""
-    counts = torch.bincount(image_ids, minlength=batch).tolist()
-    fields = [torch.split(t, counts) for t in (boxes_xyxy.float(), scores.float(), labels.long())]
-    parts = torch.split(angles.float(), counts) if angles is not None else [None] * batch
-    return [
-        Detections(boxes_xyxy=b, scores=s, labels=lab, angles_rad=a)
-        for b, s, lab, a in zip(*fields, parts, strict=True)
-    ]
+def _rows(boxes_xyxy: Tensor, scores: Tensor, labels: Tensor, angles: Tensor | None = None) -> Detections:
+    return Detections(boxes_xyxy=boxes_xyxy.float(), scores=scores.float(), labels=labels.long(),
+                      angles_rad=None if angles is None else angles.float())
+
+
+def per_image(decoder: FlatDecoder, outputs: list[Tensor], params: DecodeParams) -> list[Detections]:
+    """A flat decoder's rows as one Detections per image (one host sync for the counts on a device)."""
+    image_ids, rows = decoder.flat(outputs, params)
+    counts = torch.bincount(image_ids, minlength=outputs[0].shape[0]).tolist()
+    return rows.split(counts)
