@@ -703,7 +703,7 @@ class StageTimers:
             (letterbox, "resize_rgb_into", lambda f: self.timed("leader: - fast resize + colour (CUDA)", f, s)),
             (yolo, "nms_xyxy", lambda f: self.timed("leader: - NMS (torchvision, batched)", f, s)),
             (TorchBackend, "__call__", lambda f: self.timed("leader: model forward", f, s)),
-            (AnchorFreeDecoder, "__call__", lambda f: self.timed("leader: decode + NMS", f, s)),
+            (AnchorFreeDecoder, "flat", lambda f: self.timed("leader: decode + NMS", f, s)),
             (inference, "to_host", lambda f: self.timed("leader: detections to host", f, s)),
             (inference.Detector, "infer", lambda f: self.timed("leader: Detector.infer total", f, s)),
             (BatchGroup, "infer", lambda f: self.timed("thread: BatchGroup.infer (wait + share of batch)", f)),
