@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     from inferstream.models.base import Decoder
 
 DEFAULT_INPUT_SIZE = (640, 640)
-PREPROCESS_MODES = ("auto", "exact", "fast")
-_EXACT = {"auto": None, "exact": True, "fast": False}
+_EXACT = {"auto": None, "exact": True, "fast": False}  # preprocess mode -> preprocess_batch(exact=...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +68,7 @@ class Detector:
         from inferstream.backends.loader import load_backend
 
         if cfg.preprocess not in _EXACT:
-            raise ConfigError(f"preprocess={cfg.preprocess!r}: expected one of {list(PREPROCESS_MODES)}")
+            raise ConfigError(f"preprocess={cfg.preprocess!r}: expected one of {list(_EXACT)}")
         self.cfg = cfg
         self.backend: Backend = load_backend(cfg.model, device=cfg.device, precision=cfg.precision,
                                              backend=cfg.backend, trust_checkpoint=cfg.trust_checkpoint,
@@ -142,7 +141,7 @@ class Detector:
                 merged, image_ids = to_host(rows, image_ids)
             else:  # a user's postprocess: one Detections per frame
                 per_frame = self.decoder(outputs, params)
-                merged = to_host(Detections.merge(per_frame))[0]
+                merged, _ = to_host(Detections.merge(per_frame))
                 sizes = torch.tensor([len(d) for d in per_frame])
                 image_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
         # the rest on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
@@ -183,7 +182,7 @@ def _on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
         raise
 
 
-def to_host(dets: Detections, image_ids: torch.Tensor | None = None) -> tuple[Detections, torch.Tensor]:
+def to_host(dets: Detections, image_ids: torch.Tensor | None = None) -> tuple[Detections, torch.Tensor | None]:
     """``dets`` (and the image index of each row) on the CPU in one device-to-host copy: the fields are packed into
     one float64 tensor (exact for float32 values and for integers below 2**53), copied, and unpacked.
 
@@ -192,21 +191,20 @@ def to_host(dets: Detections, image_ids: torch.Tensor | None = None) -> tuple[De
         image_ids: optional ``[N]`` int64 on the same device.
 
     Returns:
-        ``(dets, image_ids)`` on the CPU (``image_ids`` all zeros when not given).
+        ``(dets, image_ids)`` on the CPU (``image_ids`` None when not given).
     """
     import torch
 
     from inferstream.detections import Detections
 
-    if image_ids is None:
-        image_ids = torch.zeros(len(dets), dtype=torch.int64, device=dets.boxes_xyxy.device)
     if dets.boxes_xyxy.device.type == "cpu":
-        return dets, image_ids.cpu()
-    optional = [t for t in (dets.angles_rad, dets.track_ids) if t is not None]
+        return dets, None if image_ids is None else image_ids.cpu()
+    optional = [t for t in (image_ids, dets.angles_rad, dets.track_ids) if t is not None]
     packed = torch.cat([dets.boxes_xyxy.double(), dets.scores.double()[:, None], dets.labels.double()[:, None],
-                        image_ids.double()[:, None], *(t.double()[:, None] for t in optional)], dim=1).cpu()
-    extra = iter(packed[:, 7:].unbind(1))
+                        *(t.double()[:, None] for t in optional)], dim=1).cpu()
+    extra = iter(packed[:, 6:].unbind(1))
+    host_ids = next(extra).long() if image_ids is not None else None
     host = Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
                       angles_rad=next(extra).float() if dets.angles_rad is not None else None,
                       track_ids=next(extra).long() if dets.track_ids is not None else None)
-    return host, packed[:, 6].long()
+    return host, host_ids

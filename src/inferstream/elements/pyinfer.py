@@ -44,6 +44,10 @@ if TYPE_CHECKING:
     from inferstream.models.base import DecodeParams
 
 FAMILIES = ("auto", "yolo", "yolo-end2end", "yolo-obb", "yolo-obb-end2end")
+PRECISIONS = ("auto", "fp32", "fp16")
+BACKENDS = ("auto", "torch", "onnxruntime")
+GRAPH_MODES = ("auto", "off", "cuda-graph")
+PREPROCESS_MODES = ("auto", "exact", "fast")
 SWAP_MESSAGE = "inferstream/model-swapped"
 
 
@@ -118,18 +122,18 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     input_size = props.string("Input size", "Network input N or WIDTHxHEIGHT; empty: from the model (else 640)")
     device = props.string("Device", "Torch device: cpu, cuda, cuda:N", "cpu")
     precision = props.choice("Precision", "Compute precision; auto is fp16 on CUDA, fp32 on CPU",
-                             ("auto", "fp32", "fp16"), "auto")
-    backend = props.choice("Backend", "Runtime; auto picks by file type", ("auto", "torch", "onnxruntime"), "auto")
+                             PRECISIONS, "auto")
+    backend = props.choice("Backend", "Runtime; auto picks by file type", BACKENDS, "auto")
     trust_checkpoint = props.boolean("Trust checkpoint", "Allow full unpickling of .pt checkpoints (ultralytics "
                                      "files need it). Unpickling runs code from the file: only for files you trust",
                                      False)
     graph = props.choice("Graph", "CUDA graphs (torch runtime on CUDA): auto captures one graph per batch size "
                          "and falls back to eager when capture fails; cuda-graph makes a failed capture an error; "
-                         "off runs eagerly", ("auto", "off", "cuda-graph"), "auto")
+                         "off runs eagerly", GRAPH_MODES, "auto")
     preprocess = props.choice("Preprocess", "Colour conversion + letterbox: exact matches videoconvert + OpenCV "
                               "bit for bit (converts at full resolution); fast resizes the planes first, then "
                               "converts (a few levels off, many times cheaper on CUDA); auto: fast on CUDA, exact "
-                              "on CPU", ("auto", "exact", "fast"), "auto")
+                              "on CPU", PREPROCESS_MODES, "auto")
     batch_size = props.integer("Batch size", "Most frames per forward pass, collected across the batch-group",
                                1, 1, 256)
     batch_group = props.string("Batch group", "Instances with the same name share one model and batch their "
@@ -211,9 +215,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.inference import InferConfig, parse_labels
         from inferstream.models.base import DecodeParams
 
-        for name, choices in (("model-family", FAMILIES), ("precision", ("auto", "fp32", "fp16")),
-                              ("backend", ("auto", "torch", "onnxruntime")), ("graph", ("auto", "off", "cuda-graph")),
-                              ("preprocess", ("auto", "exact", "fast"))):
+        for name, choices in (("model-family", FAMILIES), ("precision", PRECISIONS), ("backend", BACKENDS),
+                              ("graph", GRAPH_MODES), ("preprocess", PREPROCESS_MODES)):
             if self.get_property(name) not in choices:
                 raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
         if not model:

@@ -282,7 +282,8 @@ def stream_wait(waiter: int, signaller: int, context: int) -> None:
     One event per thread, re-recorded each time: a wait already enqueued keeps the state the event had then.
     """
     cu = _cu_sync()
-    event = getattr(_THREAD, "events", {}).get(context)
+    events: dict[int, int] = _THREAD.__dict__.setdefault("events", {})
+    event = events.get(context)
     if event is None:
         current = ctypes.c_void_p()
         check_cu(cu.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
@@ -290,8 +291,7 @@ def stream_wait(waiter: int, signaller: int, context: int) -> None:
             check_cu(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
         created = ctypes.c_void_p()
         check_cu(cu.cuEventCreate(ctypes.byref(created), _CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-        event = created.value
-        _THREAD.events = {**getattr(_THREAD, "events", {}), context: event}
+        event = events[context] = created.value
     check_cu(cu.cuEventRecord(event, signaller), "cuEventRecord")
     check_cu(cu.cuStreamWaitEvent(waiter, event, 0), "cuStreamWaitEvent")
 

@@ -235,6 +235,12 @@ class Spool:
         return True
 
     def _drop_oldest(self) -> int:
+        seg = self._pop_head()
+        self._write_cursor()
+        return seg.records
+
+    def _pop_head(self) -> _Segment:
+        """Remove the oldest segment: its file, the reader on it and the read position in it."""
         seg = self._segments.pop(0)
         if self._reader is not None:
             self._reader.close()
@@ -242,8 +248,7 @@ class Spool:
         seg.path.unlink(missing_ok=True)
         self._cursor = 0
         self._peeked.clear()
-        self._write_cursor()
-        return seg.records
+        return seg
 
     # -- reading ---------------------------------------------------------------------------------------------
     def peek(self, n: int) -> list[Message]:
@@ -279,16 +284,10 @@ class Spool:
 
     def _drop_empty_head(self) -> None:
         while self._segments and self._segments[0].records == 0:
-            seg = self._segments.pop(0)
-            if not self._segments and self._writer is not None:  # it was the segment being written
+            if len(self._segments) == 1 and self._writer is not None:  # it is the segment being written
                 self._writer.close()
                 self._writer = None
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-            seg.path.unlink(missing_ok=True)
-            self._cursor = 0
-            self._peeked.clear()
+            self._pop_head()
 
     def close(self) -> None:
         """Close files and release the directory lock (the data stays for the next Publisher)."""

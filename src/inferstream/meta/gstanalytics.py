@@ -13,7 +13,7 @@ GI calls released the GIL each time, which made metadata cost milliseconds per f
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -173,14 +173,14 @@ def _producers_by_od(rmeta: int, ods: list[int], clss: list[int]) -> tuple[list[
     return out, frozenset(present)
 
 
-def _related(rmeta: int, mtd_id: int, relation: int, mtd_type: int, out: Mtd) -> list[int]:
-    """Ids of the mtds of ``mtd_type`` that ``mtd_id`` relates to with ``relation`` (directed), in id order."""
+def _related(rmeta: int, mtd_id: int, relation: int, mtd_type: int, out: Mtd) -> Iterator[int]:
+    """Ids of the mtds of ``mtd_type`` that ``mtd_id`` relates to with ``relation`` (directed), in id order; ``out``
+    is the handle of the one yielded last."""
     get = analytics().lib.gst_analytics_relation_meta_get_direct_related
-    state, ref, ids = ctypes.c_void_p(None), ctypes.byref(out), []
-    state_ref = ctypes.byref(state)
+    state = ctypes.c_void_p(None)
+    state_ref, ref = ctypes.byref(state), ctypes.byref(out)
     while get(rmeta, mtd_id, relation, mtd_type, state_ref, ref):
-        ids.append(out.id)
-    return ids
+        yield out.id
 
 
 def _track_ids(rmeta: int, ods: list[int], trks: list[int]) -> list[int] | None:
@@ -188,19 +188,16 @@ def _track_ids(rmeta: int, ods: list[int], trks: list[int]) -> list[int] | None:
     if not trks:
         return None
     api = analytics()
-    get = api.lib.gst_analytics_relation_meta_get_direct_related
     info = api.lib.gst_analytics_tracking_mtd_get_info
     trk = Mtd()
     track_id, first, last, lost = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_int()
     out = []
     for od_id in ods:
-        state = ctypes.c_void_p(None)
-        if get(rmeta, od_id, REL_RELATE_TO, api.tracking_type, ctypes.byref(state), ctypes.byref(trk)):
-            info(ctypes.byref(trk), ctypes.byref(track_id), ctypes.byref(first), ctypes.byref(last),
-                 ctypes.byref(lost))
-            out.append(int(track_id.value))
-        else:
+        if next(_related(rmeta, od_id, REL_RELATE_TO, api.tracking_type, trk), None) is None:
             out.append(-1)
+            continue
+        info(ctypes.byref(trk), ctypes.byref(track_id), ctypes.byref(first), ctypes.byref(last), ctypes.byref(lost))
+        out.append(int(track_id.value))
     return out
 
 
