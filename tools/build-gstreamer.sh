@@ -43,7 +43,7 @@ extract() {
 # PyGObject's wheel ships pygobject.h but no pygobject-3.0.pc; gst-python looks it up by pkg-config.
 write_pygobject_pc() {
   local inc ver
-  inc=$(dirname "$(find "$VENV/include" -name pygobject.h | head -1)")
+  inc=$(dirname "$(find "$VENV/include" -name pygobject.h -print -quit)")
   [ -d "$inc" ] || die "pygobject.h not found under $VENV/include (is PyGObject installed in the venv?)"
   ver=$("$VENV/bin/python" -c 'import gi; print(gi.__version__)')
   mkdir -p "$WORK/pkgconfig"

@@ -170,7 +170,7 @@ have_gpu() { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; 
 verify_ldd() {
   local f bad=0
   while IFS= read -r f; do
-    if ldd "$f" 2>/dev/null | grep -q 'not found'; then
+    if ldd "$f" 2>/dev/null | grep 'not found' >/dev/null; then
       echo "  unresolved in $f:"; ldd "$f" | grep 'not found'; bad=1
     fi
   done < <(find "$DEST/bin" "$DEST/libexec" "$DEST/lib" "$SITE" -type f \( -name '*.so*' -o -perm -u+x \) \
@@ -181,7 +181,7 @@ verify_gst() {
   # shellcheck disable=SC1091
   . "$DEST/env.sh"
   rm -f "$GST_REGISTRY"
-  gst-inspect-1.0 --version | head -2
+  gst-inspect-1.0 --version
   local el
   for el in videotestsrc h264parse qtdemux mp4mux filesink fakesink videoconvert appsink tee x264enc python \
             cudaupload cudadownload cudaconvert nvh264dec nvh264enc pyinfer; do
@@ -197,7 +197,7 @@ verify_gst() {
       cuda*|nv*) rm -f "$GST_REGISTRY"; GST_DEBUG=2,nvcodec:5,cudaloader:5 gst-inspect-1.0 nvcodec 2>&1 | tail -15 ;;
     esac
   done
-  gst-inspect-1.0 pyinfer 2>/dev/null | sed -n '/Factory Details/,/^$/p' | head -5
+  gst-inspect-1.0 pyinfer 2>/dev/null | sed -n '/Factory Details/,/^$/p'
   python3 -c '
 import gi
 for ns in ("Gst", "GstAnalytics", "GstCuda", "GstVideo", "GstApp"):
