@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from inferstream.serial import SerialWorker, shared_worker
+from inferstream import serial
+from inferstream.serial import SerialWorker, priority, shared_worker
 
 
 def _worker(name: str, users: int = 2) -> SerialWorker:
@@ -60,3 +61,20 @@ def test_with_one_user_jobs_run_in_the_callers_thread() -> None:
 
 def test_shared_worker_is_one_per_name() -> None:
     assert shared_worker("a-name") is shared_worker("a-name") and shared_worker("a-name") is not shared_worker("b")
+
+
+@pytest.mark.parametrize("max_hold_s", [30.0, 0.2])
+def test_a_priority_section_holds_jobs_back_until_it_closes_or_for_max_hold(max_hold_s: float,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serial, "MAX_HOLD_S", max_hold_s)
+    worker = _worker(f"test-serial-priority-{max_hold_s}")
+    ran = threading.Event()
+    with priority():
+        submitter = threading.Thread(target=worker.run, args=(ran.set,))
+        submitter.start()
+        if max_hold_s > 1:
+            assert not ran.wait(0.3)  # queued, held back
+        else:
+            assert ran.wait(5)  # the section never closed: held back for max_hold_s only
+    assert ran.wait(5)  # and at the latest once the section closed, long before a 30 s MAX_HOLD_S
+    submitter.join(5)

@@ -425,40 +425,43 @@ class Bench:
 
     def pipelines(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        stalled: set[bool] = set()
-        for n, download, batch_arg in self._sweep():
-            key = f"n{n}-{'download' if download else 'cuda'}" + (f"-b{batch_arg}" if batch_arg else "")
+        stalled: set[tuple[bool, bool]] = set()
+        for n, download, batch_arg, tracker in self._sweep():
+            key = f"n{n}-{'download' if download else 'cuda'}" + (f"-b{batch_arg}" if batch_arg else "") + \
+                ("" if tracker else "-notrack")
             if self.over_budget(reserve_s=self.args.reserve_s):
                 out[key] = {"skipped": "time budget"}
                 continue
-            if download in stalled:
+            if (download, tracker) in stalled:
                 out[key] = {"skipped": "fewer streams already timed out"}
                 continue
             batch = batch_arg or min(n, MAX_BATCH)
             clip, per_stream = (self.mid_clip, self.args.profile_frames) if self.args.sweep_clip == "mid" else \
                 (self.clip, self.frames)
             desc = self._streams_desc(n, download=download, batch=batch, group=key, clip=clip,
-                                      tracker=not self.args.no_tracker)
+                                      tracker=tracker)
             with Sampler(self.nvml) as sampler:
                 res = run_pipeline(desc, timeout_s=self.args.pipeline_timeout_s, counter="inf0",
                                    total=n * per_stream, sampler=sampler)
             res.update(streams=n, batch=batch, memory="system (cudadownload)" if download else "CUDA",
-                       tracker=not self.args.no_tracker, frames_per_stream=per_stream)
+                       tracker=tracker, frames_per_stream=per_stream)
             if "timeout" in str(res.get("error")):
-                stalled.add(download)
+                stalled.add((download, tracker))
             out[key] = res
             print(f"    {key}: {json.dumps(res)}", flush=True)
         return out
 
-    def _sweep(self) -> list[tuple[int, bool, int | None]]:
-        """(streams, through cudadownload, batch or None) from --sweep "32,32:download,32:b16", else N x both."""
+    def _sweep(self) -> list[tuple[int, bool, int | None, bool]]:
+        """(streams, through cudadownload, batch or None, with pytracker) from --sweep
+        "32,32:download,32:b16,32:notrack", else N x both memories."""
+        tracker = not self.args.no_tracker
         if not self.args.sweep:
-            return [(n, d, None) for n in self.args.streams for d in (False, True)]
+            return [(n, d, None, tracker) for n in self.args.streams for d in (False, True)]
         out = []
         for item in self.args.sweep.split(","):
             n, *opts = item.split(":")
             batch = next((int(o[1:]) for o in opts if o.startswith("b")), None)
-            out.append((int(n), "download" in opts, batch))
+            out.append((int(n), "download" in opts, batch, tracker and "notrack" not in opts))
         return out
 
     def bytes_per_frame(self) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Each streaming thread calls ``BatchGroup.infer(job)`` and blocks until its frame
 delivered. There is no batching thread: the thread whose arrival fills the batch — or whose oldest waiting frame has
 waited ``max_latency`` — runs the batch for everyone (one thread hop fewer per frame), including the per-frame work
 around it (``FrameJob``: mapping the frame, writing its metadata). The waiting threads then run no Python at all
-until their frame is done, so the batch's thread does not compete with them for the GIL. A batch is "full" at
+until their frame is done, so the batch's thread does not compete with them for the GIL; a batch is a
+``serial.priority`` section, so shared workers (pytracker's) hold their jobs back meanwhile too. A batch is "full" at
 ``batch_size`` frames or when every live member has a frame waiting, so a stream that ended (``leave``) is never
 waited for. Model swaps happen between batches, under the same lock that runs them: every frame is inferred by
 exactly one model.
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from inferstream.errors import ConfigError
+from inferstream.serial import priority
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections
@@ -134,7 +136,7 @@ class BatchGroup:
             return []
 
     def _run(self, batch: list[_Slot]) -> None:
-        with self._run_lock:
+        with self._run_lock, priority():
             t0 = time.monotonic()
             try:
                 self._infer_and_deliver(batch)

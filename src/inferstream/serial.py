@@ -10,6 +10,11 @@ The worker releases the GIL between jobs (``time.sleep(0)``): a thread that need
 thread coming back from the GPU, then waits one job at most instead of the switch interval (5 ms). With one user
 (``acquire``/``release`` count them) the hop is pure cost, so jobs then run in the caller's thread.
 
+``priority()`` marks latency-critical work, such as a batch on its way through the GPU: no worker starts a job
+while one is open (for ``MAX_HOLD_S`` at most). A batch makes dozens of torch calls, each of which releases the GIL
+and then waits to get it back; with a worker busy in Python meanwhile each wait lasted up to one job, and on the
+H200 at 32 streams a batch that needs ~5 ms alone took 20 ms. Held back, the worker leaves the GIL to the batch.
+
 No GStreamer here: jobs are plain callables. A job's exception is raised in the thread that submitted it.
 """
 from __future__ import annotations
@@ -17,11 +22,48 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+MAX_HOLD_S = 0.05
+"""The longest a worker holds a job back for ``priority()`` sections, so that back-to-back sections (several batch
+groups) cannot starve it."""
+
+
+class _PriorityGate:
+    """Counts open ``priority()`` sections; workers wait on it before each job."""
+
+    def __init__(self) -> None:
+        self._open = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def section(self) -> Iterator[None]:
+        with self._cond:
+            self._open += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._open -= 1
+                if not self._open:
+                    self._cond.notify_all()
+
+    def wait_clear(self, timeout_s: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._open, timeout_s)
+
+
+_GATE = _PriorityGate()
+
+
+def priority() -> AbstractContextManager[None]:
+    """A section during which no ``SerialWorker`` starts a job (see the module docstring)."""
+    return _GATE.section()
 
 
 @dataclass
@@ -77,6 +119,7 @@ class SerialWorker:
                     self._cond.wait()
                 batch, self._jobs = self._jobs, deque()
             for job in batch:
+                _GATE.wait_clear(MAX_HOLD_S)
                 try:
                     job.result = job.fn()
                 except BaseException as exc:  # handed to the submitting thread, which reports it

@@ -136,7 +136,7 @@ def test_torch_backend_trusted_pickle_missing_package_raises_backend_init(tmp_pa
 
 def test_torch_backend_checkpoint_without_ultralytics_says_which_extra(yolo_files: dict[str, YoloFiles],
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import inferstream.backends.torch_backend as tb
+    import inferstream.backends.torch_module as tb
 
     real = tb.importlib.util.find_spec
     monkeypatch.setattr(tb.importlib.util, "find_spec", lambda name, *a: None if name == "ultralytics" else real(name))

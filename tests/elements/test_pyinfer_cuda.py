@@ -151,9 +151,9 @@ def test_pyinfer_cuda_error_during_inference_is_an_element_error(tmp_path: Path)
     assert "CUDA error: an illegal memory access was encountered" in result.errors[0]
 
 
-# --- torch backend: CUDA graphs (tests/backends/test_torch_backend.py is the natural home) --------------------------
+# --- torch backend: CUDA graphs (backends/cuda_graphs.py) ------------------------------------------------------
 def test_graph_buckets_are_powers_of_two_below_the_batch_and_the_batch() -> None:
-    from inferstream.backends.torch_backend import graph_buckets
+    from inferstream.backends.cuda_graphs import graph_buckets
 
     assert graph_buckets(1) == [1]
     assert graph_buckets(8) == [1, 2, 4, 8]
