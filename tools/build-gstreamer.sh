@@ -104,9 +104,12 @@ main() {
   build_module gst-plugins-ugly "gst-plugins-ugly-$v" "${common[@]}" -Dorc=enabled -Dgpl=enabled -Dx264=enabled
   build_module gst-libav "gst-libav-$v" -Ddoc=disabled
   # libgstpython links the interpreter's libpython; the gi override modules need the prefix's lib/.
+  # The override sources (Gst.py...) go to meson's python install dir, not to pygi-overrides-dir: pin it, or
+  # Debian 13's python3 sends them to lib/python3/dist-packages, away from the compiled halves.
+  local site="$PREFIX/lib/python$pyver/site-packages"
   EXTRA_LDFLAGS="-Wl,-rpath,$pylibdir:\$ORIGIN/../../../.." build_module gst-python "gst-python-$v" \
     -Dplugin=enabled -Dpython-exe="$VENV/bin/python" -Dlibpython-dir="$pylibdir" \
-    -Dpygi-overrides-dir="$PREFIX/lib/python$pyver/site-packages/gi/overrides"
+    -Dpygi-overrides-dir="$site/gi/overrides" -Dpython.platlibdir="$site" -Dpython.purelibdir="$site"
   # gst-python's own example elements (GES formatter) would only make the loader print errors.
   rm -rf "$PREFIX/share/locale" "$PREFIX/lib/gstreamer-1.0/python" "$SRC"
 }

@@ -47,7 +47,9 @@ def _num(value: float | None) -> str:
 
 def _enum_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
     klass = pspec.enum_class
-    lo, hi = klass.minimum, klass.maximum
+    if isinstance(klass, type):  # PyGObject >= 3.51: a Python IntEnum of exactly the values
+        return tuple(v.value_nick for v in klass)
+    lo, hi = klass.minimum, klass.maximum  # older: the C GEnumClass
     if hi - lo > 4096:  # sparse enums: only the default is sure to exist
         value = GObject.enum_get_value(klass, pspec.default_value)
         return (value.value_nick,) if value else ()
@@ -56,6 +58,8 @@ def _enum_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
 
 def _flag_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
     klass, bit, nicks = pspec.flags_class, 1, []
+    if isinstance(klass, type):  # PyGObject >= 3.51: a Python IntFlag; iterating it yields the single bits
+        return tuple(v.value_nicks[0] for v in klass)
     while bit <= klass.mask:
         if (value := GObject.flags_get_first_value(klass, bit)) is not None:
             nicks.append(value.value_nick)

@@ -1,0 +1,39 @@
+"""A detector that costs nothing: a fixed yolo head (``(B, 84, 2100)``, 320x320 input) with 20 confident boxes.
+
+For ``host_overhead_cpu.py``: with the model's arithmetic gone, what a pipeline spends per frame is pyinfer's and
+pytracker's own host work, which is what bounds the GPU pipeline (``bench/results/gpu.md``). Loaded by pyinfer as
+``model=bench/free_model.py:make``.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+BOXES, ANCHORS, CLASSES = 20, 2100, 80
+
+
+class FreeDetector(nn.Module):
+    """Returns the same head for every image; the input only sets the batch size."""
+
+    names = {i: f"class{i}" for i in range(CLASSES)}
+    task = "detect"
+    input_size = (320, 320)
+
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        head = torch.rand(4 + CLASSES, ANCHORS, generator=gen) * 0.1  # class scores below any threshold
+        anchors = torch.randperm(ANCHORS, generator=gen)[:BOXES]
+        k = torch.arange(BOXES, dtype=torch.float32)
+        head[0, anchors] = 30 + (k % 5) * 60  # cx: a 5 x 4 grid of 40 x 50 boxes, no two overlapping
+        head[1, anchors] = 40 + (k // 5) * 70
+        head[2, anchors], head[3, anchors] = 40.0, 50.0
+        head[4 + (k.long() % CLASSES), anchors] = 0.6 + 0.3 * k / BOXES
+        self.register_buffer("head", head)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head.expand(x.shape[0], -1, -1).clone()
+
+
+def make() -> FreeDetector:
+    return FreeDetector()
