@@ -1,4 +1,4 @@
-"""A detector that costs nothing: a fixed yolo head (``(B, 84, 2100)``, 320x320 input) with 20 confident boxes.
+"""A detector that costs nothing: a fixed yolo head (``(B, 84, 84)``, 64x64 input) with 20 confident boxes.
 
 For ``host_overhead_cpu.py``: with the model's arithmetic gone, what a pipeline spends per frame is pyinfer's and
 pytracker's own host work, which is what bounds the GPU pipeline (``bench/results/gpu.md``). Loaded by pyinfer as
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-BOXES, ANCHORS, CLASSES = 20, 2100, 80
+BOXES, ANCHORS, CLASSES, SIZE = 20, 84, 80, 64
 
 
 class FreeDetector(nn.Module):
@@ -17,7 +17,7 @@ class FreeDetector(nn.Module):
 
     names = {i: f"class{i}" for i in range(CLASSES)}
     task = "detect"
-    input_size = (320, 320)
+    input_size = (SIZE, SIZE)
 
     def __init__(self) -> None:
         super().__init__()
@@ -25,9 +25,9 @@ class FreeDetector(nn.Module):
         head = torch.rand(4 + CLASSES, ANCHORS, generator=gen) * 0.1  # class scores below any threshold
         anchors = torch.randperm(ANCHORS, generator=gen)[:BOXES]
         k = torch.arange(BOXES, dtype=torch.float32)
-        head[0, anchors] = 30 + (k % 5) * 60  # cx: a 5 x 4 grid of 40 x 50 boxes, no two overlapping
-        head[1, anchors] = 40 + (k // 5) * 70
-        head[2, anchors], head[3, anchors] = 40.0, 50.0
+        head[0, anchors] = 6 + (k % 5) * 12  # cx: a 5 x 4 grid of 8 x 10 boxes, no two overlapping
+        head[1, anchors] = 7 + (k // 5) * 15
+        head[2, anchors], head[3, anchors] = 8.0, 10.0
         head[4 + (k.long() % CLASSES), anchors] = 0.6 + 0.3 * k / BOXES
         self.register_buffer("head", head)
 

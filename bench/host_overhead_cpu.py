@@ -8,7 +8,7 @@ tracking) serialised by the GIL, and that can be measured here. The model is ``f
 returns a fixed yolo head with 20 confident boxes, so pyinfer's own work is all that is timed: the decoder, NMS,
 metadata on 20 boxes, and ByteTrack on 20 tracks.
 
-Per stream: ``videotestsrc ! RGB 320x320 ! pyinfer (free model, 320x320 input: no colour conversion or resize to pay, batch-group, batch = streams)
+Per stream: ``videotestsrc ! RGB 64x64 ! pyinfer (free model, 64x64 input: next to no arithmetic, no resize; batch-group, batch = streams)
 ! [pytracker !] fakesink``. Reported: frames/s in the steady state (10 %..90 % of the frames, from pyinfer's
 batch counter), host cores busy (averaged over the whole run, start-up included), and the p90 lateness of a 2 ms
 sleep in a Python thread (how long a thread waits for the GIL). Each stream count with and without a ``queue`` before
@@ -38,9 +38,9 @@ def pipeline_desc(streams: int, frames: int, tracker: bool, queue: bool = False)
     track = ("queue max-size-buffers=2 ! " if queue else "") + "pytracker ! " if tracker else ""
     chain = []
     for i in range(streams):
-        chain.append(f"videotestsrc num-buffers={frames} pattern=ball ! video/x-raw,format=RGB,width=320,height=320,"
+        chain.append(f"videotestsrc num-buffers={frames} pattern=ball ! video/x-raw,format=RGB,width=64,height=64,"
                      f"framerate=30/1 ! pyinfer name=inf{i} model={FREE_MODEL}:make model-family=yolo "
-                     f"input-size=320 batch-group=free{streams} batch-size={streams} max-latency=50 ! "
+                     f"input-size=64 batch-group=free{streams} batch-size={streams} max-latency=50 ! "
                      + track + "fakesink sync=false")
     return "  ".join(chain)
 

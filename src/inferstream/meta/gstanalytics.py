@@ -13,12 +13,14 @@ GI calls released the GIL each time, which made metadata cost milliseconds per f
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inferstream.errors import MetaWriteError
 from inferstream.gstnative import buffer_address
+from inferstream.meta import handoff
 from inferstream.meta._analytics_c import REL_CONTAIN, REL_RELATE_TO, Mtd, analytics, quark, quark_name
 
 if TYPE_CHECKING:
@@ -59,22 +61,24 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int],
     """
     lib = analytics().lib
     rmeta = _relation_meta(buf)
+    fresh = lib.gst_analytics_relation_get_length(rmeta) == 0
     # ODMtd holds whole pixels: round the edges (not x and w separately) so each edge is off by at most 0.5 px
     edges = dets.boxes_xyxy.round()
-    xywh = zip(edges[:, :2].int().tolist(), (edges[:, 2:] - edges[:, :2]).int().tolist())
+    boxes = [(x, y, x2 - x, y2 - y) for x, y, x2, y2 in edges.int().tolist()]
     scores, labels = dets.scores.tolist(), dets.labels.tolist()
+    angles = None if dets.angles_rad is None else dets.angles_rad.tolist()
     od = Mtd()
     ref = ctypes.byref(od)
     ids: list[int] = []
-    if dets.angles_rad is None:
+    if angles is None:
         add = lib.gst_analytics_relation_meta_add_od_mtd
-        for ((x, y), (w, h)), score, label in zip(xywh, scores, labels):
+        for (x, y, w, h), score, label in zip(boxes, scores, labels):
             if not add(rmeta, quarks[label], x, y, w, h, score, ref):
                 raise MetaWriteError(f"add_od_mtd failed for label {label}")
             ids.append(od.id)
     else:
         add_oriented = lib.gst_analytics_relation_meta_add_oriented_od_mtd
-        for ((x, y), (w, h)), r, score, label in zip(xywh, dets.angles_rad.tolist(), scores, labels):
+        for (x, y, w, h), r, score, label in zip(boxes, angles, scores, labels):
             if not add_oriented(rmeta, quarks[label], x, y, w, h, r, score, ref):
                 raise MetaWriteError(f"add_oriented_od_mtd failed for label {label}")
             ids.append(od.id)
@@ -85,7 +89,18 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int],
         relate = lib.gst_analytics_relation_meta_set_relation
         for od_id in ids:
             relate(rmeta, REL_CONTAIN, cls.id, od_id)
+    if fresh:  # all a read would find: leave it for the next reader (handoff)
+        handoff.leave(buffer_address(buf), handoff.Written(
+            rmeta, lib.gst_analytics_relation_get_length(rmeta), buf.pts, boxes, scores, angles,
+            [quarks[label] for label in labels], ids, None if producer is None else _producer_id(producer)))
     return ids
+
+
+@functools.lru_cache(maxsize=256)
+def _producer_id(producer: int) -> int | None:
+    """The unique id in a producer quark's name (None: not one of ours)."""
+    name = quark_name(producer)
+    return int(name[len(PRODUCER_PREFIX):]) if name.startswith(PRODUCER_PREFIX) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,15 +218,14 @@ def _track_ids(rmeta: int, ods: list[int], trks: list[int]) -> list[int] | None:
 
 def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta | None:
     """Read every ODMtd of ``buf`` (optionally only those of producer ``unique_id``); None without relation meta."""
-    import numpy as np
-    import torch
-
-    from inferstream.detections import Detections
-
     api = analytics()
-    rmeta = api.lib.gst_buffer_get_analytics_relation_meta(buffer_address(buf))
+    addr = buffer_address(buf)
+    rmeta = api.lib.gst_buffer_get_analytics_relation_meta(addr)
     if not rmeta:
         return None
+    written = handoff.take(addr, rmeta, api.lib.gst_analytics_relation_get_length(rmeta), buf.pts)
+    if written is not None and (not written.boxes or _box(rmeta, written.od_ids[0]) == written.boxes[0]):
+        return _from_written(written, unique_id)
     ods, clss, trks = _by_type(rmeta)
     producers, present = _producers_by_od(rmeta, ods, clss)
     if unique_id is not None:
@@ -231,9 +245,40 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
         location(ref, *location_refs)
         rows.append((x.value, y.value, w.value, h.value, conf.value, r.value))
         labels.append(names.setdefault(quark_name(obj_type(ref)), len(names)))
+    return _frame_meta(rows, labels, names, ods, producers, present, _track_ids(rmeta, ods, trks))
+
+
+def _box(rmeta: int, od_id: int) -> tuple[int, int, int, int]:
+    """``(x, y, w, h)`` of one ODMtd (the handoff's check that an entry is not stale)."""
+    x, y, w, h, r, conf = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_float(),
+                           ctypes.c_float())
+    od = Mtd(od_id, rmeta)
+    analytics().lib.gst_analytics_od_mtd_get_oriented_location(
+        ctypes.byref(od), *(ctypes.byref(v) for v in (x, y, w, h, r, conf)))
+    return x.value, y.value, w.value, h.value
+
+
+def _from_written(written: handoff.Written, unique_id: int | None) -> FrameMeta:
+    """The FrameMeta a full read of the buffer would return, from what its writer left (``handoff``)."""
+    producer = -1 if written.producer is None else written.producer
+    n = len(written.od_ids) if unique_id is None or unique_id == producer else 0
+    names: dict[str, int] = {}
+    labels = [names.setdefault(quark_name(q), len(names)) for q in written.label_quarks[:n]]
+    angles = written.angles or [0.0] * n
+    rows = [(*box, score, r) for box, score, r in zip(written.boxes[:n], written.scores, angles)]
+    present = frozenset() if written.producer is None else frozenset({written.producer})
+    return _frame_meta(rows, labels, names, written.od_ids[:n], [producer] * n, present, None)
+
+
+def _frame_meta(rows: list[tuple[int, int, int, int, float, float]], labels: list[int], names: dict[str, int],
+                ods: list[int], producers: list[int], present: frozenset[int], tracks: list[int] | None) -> FrameMeta:
+    import numpy as np
+    import torch
+
+    from inferstream.detections import Detections
+
     table = np.array(rows, dtype=np.float32).reshape(-1, 6)
     table[:, 2:4] += table[:, 0:2]  # x, y, w, h -> x1, y1, x2, y2
-    tracks = _track_ids(rmeta, ods, trks)
     boxes = torch.from_numpy(table)
     dets = Detections(
         boxes_xyxy=boxes[:, :4].contiguous(),
