@@ -4,7 +4,7 @@
 
 On the H200 the GPU waits for Python: the model runs 2 700 img/s, the pipeline with pytracker ~250 frames/s
 (``bench/results/gpu.md``). What bounds it is the host work per frame (mapping, batching, decoding, metadata,
-tracking) serialised by the GIL, and that can be measured here. The model is ``free_model.py``: a module that
+tracking) serialised by the GIL, and that can be measured here. The model is ``_free_model.py``: a module that
 returns a fixed yolo head with 20 confident boxes, so pyinfer's own work is all that is timed: the decoder, NMS,
 metadata on 20 boxes, and ByteTrack on 20 tracks.
 
@@ -31,7 +31,7 @@ from gi.repository import Gst  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
 from measure import Nvml, Sampler, run_pipeline  # noqa: E402
 
-FREE_MODEL = Path(__file__).resolve().parent / "free_model.py"
+FREE_MODEL = Path(__file__).resolve().parent / "_free_model.py"
 
 
 def pipeline_desc(streams: int, frames: int, tracker: bool, queue: bool = False) -> str:

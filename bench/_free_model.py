@@ -2,7 +2,7 @@
 
 For ``host_overhead_cpu.py``: with the model's arithmetic gone, what a pipeline spends per frame is pyinfer's and
 pytracker's own host work, which is what bounds the GPU pipeline (``bench/results/gpu.md``). Loaded by pyinfer as
-``model=bench/free_model.py:make``.
+``model=bench/_free_model.py:make``.
 """
 from __future__ import annotations
 
