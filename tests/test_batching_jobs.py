@@ -72,3 +72,41 @@ def test_one_thread_runs_the_batch_and_each_job_gets_its_own_frames_detections(g
         torch.testing.assert_close(job.dets.boxes_xyxy[0], torch.tensor([10.0 + 40 * i, 30, 50.0 + 40 * i, 70]),
                                    atol=1.5, rtol=0)
     assert group.stats.batches == 1 and group.stats.frames == 4
+
+
+def _group(batch_size: int, members: int, max_latency_s: float) -> BatchGroup:
+    cfg = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", labels=("red", "green", "blue"),
+                      precision="fp32")
+    g = BatchGroup("wake", cfg, Detector(cfg), batch_size=batch_size, max_latency_s=max_latency_s)
+    for _ in range(members):
+        g.join()
+    return g
+
+
+def _infer_in_thread(group: BatchGroup, job: _Job) -> threading.Thread:
+    thread = threading.Thread(target=group.infer, args=(job, group.cfg.params))
+    thread.start()
+    return thread
+
+
+def test_a_stream_that_ends_releases_the_frames_waiting_for_it() -> None:
+    group = _group(batch_size=3, members=3, max_latency_s=60.0)
+    jobs = [_Job(_square_frame(10)), _Job(_square_frame(90))]
+    threads = [_infer_in_thread(group, job) for job in jobs]
+    threads[1].join(0.3)
+    assert all(t.is_alive() for t in threads)  # the batch waits for the third stream (up to a minute)
+    group.leave_stream()  # ... which ends: the two waiting frames are a full batch now
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads) and all(j.dets is not None for j in jobs)
+    assert group.stats.batches == 1 and group.stats.frames == 2
+
+
+def test_frames_beyond_a_full_batch_run_in_the_next_batches() -> None:
+    group = _group(batch_size=2, members=5, max_latency_s=0.2)
+    jobs = [_Job(_square_frame(10 + 30 * i)) for i in range(5)]
+    threads = [_infer_in_thread(group, job) for job in jobs]
+    for t in threads:
+        t.join(10)
+    assert all(j.dets is not None and j.dets.labels.tolist() == [0] for j in jobs)
+    assert group.stats.frames == 5 and group.stats.batches >= 3  # at most 2 per batch

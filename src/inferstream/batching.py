@@ -44,6 +44,8 @@ class _Slot:
     params: DecodeParams
     arrived: float
     done: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # set: done, or check whether to lead
+    taken: bool = False  # in a batch (running or about to): its thread only waits for it to be done
     error: BaseException | None = None
 
 
@@ -76,7 +78,7 @@ class BatchGroup:
         self._members = 0
         self._live = 0
         self._pending: list[_Slot] = []
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._run_lock = threading.Lock()
 
     # membership -------------------------------------------------------------------------------------------
@@ -85,55 +87,70 @@ class BatchGroup:
         return self._members
 
     def join(self) -> None:
-        with self._cond:
+        with self._lock:
             self._members += 1
             self._live += 1
 
     def leave_stream(self) -> None:
-        """The member's stream ended (EOS): stop counting it as a frame source; wake waiters."""
-        with self._cond:
+        """The member's stream ended (EOS): stop counting it as a frame source (waiting frames may now be full)."""
+        with self._lock:
             self._live = max(0, self._live - 1)
-            self._cond.notify_all()
+            self._wake_oldest()
 
     def rejoin_stream(self) -> None:
-        with self._cond:
+        """The member's stream runs again after EOS (a flushing seek)."""
+        with self._lock:
             self._live = min(self._members, self._live + 1)
 
     def release(self) -> int:
         """Drop one member; returns the members left (0: the caller closes the group)."""
-        with self._cond:
+        with self._lock:
             self._members -= 1
             self._live = min(self._live, self._members)
-            self._cond.notify_all()
+            self._wake_oldest()
             return self._members
 
     # inference --------------------------------------------------------------------------------------------
     def infer(self, job: FrameJob, params: DecodeParams) -> None:
-        """Run ``job`` in a batch; returns once it was delivered. Raises what mapping, inference or delivery raised."""
+        """Run ``job`` in a batch; returns once it was delivered. Raises what mapping, inference or delivery raised.
+
+        Only the thread that will lead is woken: the one whose arrival fills the batch runs it at once; the others
+        sleep on their own slot until it is done, or until their frame has waited ``max_latency`` (then the oldest
+        waiting frame's thread leads), or until ``_wake_oldest`` asks the oldest to check. Waking every waiting
+        thread at each arrival (a shared condition) cost O(N²) wake-ups and GIL hand-offs per batch of N.
+        """
         slot = _Slot(job, params, time.monotonic())
-        with self._cond:
+        with self._lock:
             self._pending.append(slot)
-            self._cond.notify_all()
-        while not slot.done.is_set():
-            batch = self._take_batch(slot)
+            batch = self._take_batch_locked()
+        while True:
             if batch:
                 self._run(batch)
+            if slot.done.is_set():
+                break
+            slot.wake.wait(None if slot.taken else max(0.0, slot.arrived + self.max_latency_s - time.monotonic()))
+            slot.wake.clear()
+            with self._lock:
+                batch = [] if slot.done.is_set() else self._take_batch_locked()
         if slot.error is not None:
             raise slot.error
 
-    def _take_batch(self, slot: _Slot) -> list[_Slot]:
-        with self._cond:
-            while not slot.done.is_set():
-                if self._pending:
-                    waited = time.monotonic() - self._pending[0].arrived
-                    full = len(self._pending) >= min(self.batch_size, max(self._live, 1))
-                    if full or waited >= self.max_latency_s:
-                        batch, self._pending = self._pending[:self.batch_size], self._pending[self.batch_size:]
-                        return batch
-                    self._cond.wait(self.max_latency_s - waited)
-                else:
-                    self._cond.wait(0.05)
+    def _take_batch_locked(self) -> list[_Slot]:
+        """The next batch when it is full or its oldest frame has waited ``max_latency``, else []."""
+        if not self._pending:
             return []
+        full = len(self._pending) >= min(self.batch_size, max(self._live, 1))
+        if not full and time.monotonic() - self._pending[0].arrived < self.max_latency_s:
+            return []
+        batch, self._pending = self._pending[:self.batch_size], self._pending[self.batch_size:]
+        for s in batch:
+            s.taken = True
+        return batch
+
+    def _wake_oldest(self) -> None:
+        """Ask the oldest waiting frame's thread to check whether it should lead (call with the lock held)."""
+        if self._pending:
+            self._pending[0].wake.set()
 
     def _run(self, batch: list[_Slot]) -> None:
         with self._run_lock, priority():
@@ -150,8 +167,9 @@ class BatchGroup:
             self.stats.wait_s += sum(t0 - s.arrived for s in batch)
         for s in batch:
             s.done.set()
-        with self._cond:
-            self._cond.notify_all()
+            s.wake.set()
+        with self._lock:
+            self._wake_oldest()  # frames that arrived meanwhile may form the next batch
 
     def _infer_and_deliver(self, batch: list[_Slot]) -> None:
         """Map every frame, infer the batch, deliver each result; a failing frame fails alone."""

@@ -168,6 +168,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._frame_index = 0
         self._source_id = 0
         self._skip = 0
+        self._ended = False  # EOS seen (the group no longer waits for this stream's frames)
         self._swap_lock = threading.Lock()
         self._swap_generation = 0
         self._cuda_memory = False  # the negotiated caps carry memory:CUDAMemory
@@ -244,6 +245,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._params = cfg.params
         self._producer = producer_quark(self.unique_id)
         self._frame_index = 0
+        self._ended = False
         self._skip = self.interval
         self._told_upload = False
         self._cuda = None
@@ -320,10 +322,14 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_sink_event(self, event: Gst.Event) -> bool:
         if self._group is not None:
-            if event.type == Gst.EventType.EOS:
+            if event.type == Gst.EventType.EOS and not self._ended:
+                self._ended = True
                 self._group.leave_stream()
             elif event.type == Gst.EventType.FLUSH_STOP:
                 self._frame_index = 0
+                if self._ended:  # a flushing seek after EOS: frames come again
+                    self._ended = False
+                    self._group.rejoin_stream()
         forwarded = GstBase.BaseTransform.do_sink_event(self, event)
         if event.type == Gst.EventType.STREAM_START:
             self._frame_index = 0
