@@ -102,7 +102,8 @@ def test_a_stale_entry_with_another_first_box_is_ignored(taken: list[bool]) -> N
     ga.write_detections(buf, _dets(3, False), QUARKS, ga.producer_quark(1))
     expected = ga.read_detections(buf)
     rmeta = analytics().lib.gst_buffer_get_analytics_relation_meta(buffer_address(buf))
-    written = handoff.Written(rmeta, 4, 1000, [(1, 2, 3, 4)] * 3, [0.5] * 3, None, QUARKS[:3], [0, 1, 2], 1)
+    written = handoff.Written(rmeta, 4, 1000, torch.tensor([[1.0, 2.0, 4.0, 6.0]] * 3), torch.full((3,), 0.5), None,
+                              QUARKS[:3], [0, 1, 2], 1, (1, 2, 3, 4))
     handoff.leave(buffer_address(buf), written)  # what a recycled buffer could meet: all but the boxes match
     _assert_same(ga.read_detections(buf), expected)
     assert taken == [True, True]

@@ -91,8 +91,9 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int],
             relate(rmeta, REL_CONTAIN, cls.id, od_id)
     if fresh:  # all a read would find: leave it for the next reader (handoff)
         handoff.leave(buffer_address(buf), handoff.Written(
-            rmeta, lib.gst_analytics_relation_get_length(rmeta), buf.pts, boxes, scores, angles,
-            [quarks[label] for label in labels], ids, None if producer is None else _producer_id(producer)))
+            rmeta, lib.gst_analytics_relation_get_length(rmeta), buf.pts, edges, dets.scores, dets.angles_rad,
+            [quarks[label] for label in labels], ids, None if producer is None else _producer_id(producer),
+            boxes[0] if boxes else None))
     return ids
 
 
@@ -224,7 +225,7 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
     if not rmeta:
         return None
     written = handoff.take(addr, rmeta, api.lib.gst_analytics_relation_get_length(rmeta), buf.pts)
-    if written is not None and (not written.boxes or _box(rmeta, written.od_ids[0]) == written.boxes[0]):
+    if written is not None and (written.first_box is None or _box(rmeta, written.od_ids[0]) == written.first_box):
         return _from_written(written, unique_id)
     ods, clss, trks = _by_type(rmeta)
     producers, present = _producers_by_od(rmeta, ods, clss)
@@ -259,15 +260,25 @@ def _box(rmeta: int, od_id: int) -> tuple[int, int, int, int]:
 
 
 def _from_written(written: handoff.Written, unique_id: int | None) -> FrameMeta:
-    """The FrameMeta a full read of the buffer would return, from what its writer left (``handoff``)."""
+    """The FrameMeta a full read of the buffer would return, from what its writer left (``handoff``): the same
+    values (the edges as written, float32 scores and angles) without building them again."""
+    import torch
+
+    from inferstream.detections import Detections
+
     producer = -1 if written.producer is None else written.producer
     n = len(written.od_ids) if unique_id is None or unique_id == producer else 0
     names: dict[str, int] = {}
     labels = [names.setdefault(quark_name(q), len(names)) for q in written.label_quarks[:n]]
-    angles = written.angles or [0.0] * n
-    rows = [(*box, score, r) for box, score, r in zip(written.boxes[:n], written.scores, angles)]
+    angles = None if written.angles is None else written.angles[:n]
+    dets = Detections(
+        boxes_xyxy=written.boxes_xyxy[:n],
+        scores=written.scores[:n],
+        labels=torch.tensor(labels, dtype=torch.int64),
+        angles_rad=angles if angles is not None and bool((angles != 0).any()) else None,
+    )
     present = frozenset() if written.producer is None else frozenset({written.producer})
-    return _frame_meta(rows, labels, names, written.od_ids[:n], [producer] * n, present, None)
+    return FrameMeta(dets, tuple(names), tuple(written.od_ids[:n]), (producer,) * n, present)
 
 
 def _frame_meta(rows: list[tuple[int, int, int, int, float, float]], labels: list[int], names: dict[str, int],

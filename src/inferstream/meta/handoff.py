@@ -13,6 +13,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 MAX_ENTRIES = 256  # a few batches of the largest pipelines; a reader comes right after the writer
 
@@ -23,19 +27,21 @@ class Written:
 
     Attributes:
         rmeta: address of the relation meta. length: its entry count after the write. pts: the buffer's pts.
-        boxes: ``(x, y, w, h)`` whole pixels per row. scores, angles: per row (angles None: axis-aligned).
-        label_quarks, od_ids: per row. producer: the producer's unique id, or None when not recorded.
+        boxes_xyxy: the edges as written (whole pixels, float32). scores, angles: float32 per row (angles None:
+            axis-aligned). label_quarks, od_ids: per row. producer: the producer's unique id, or None when not
+            recorded. first_box: ``(x, y, w, h)`` of the first ODMtd (None: no rows), for the reader's check.
     """
 
     rmeta: int
     length: int
     pts: int
-    boxes: list[tuple[int, int, int, int]]
-    scores: list[float]
-    angles: list[float] | None
+    boxes_xyxy: Tensor
+    scores: Tensor
+    angles: Tensor | None
     label_quarks: list[int]
     od_ids: list[int]
     producer: int | None
+    first_box: tuple[int, int, int, int] | None
 
 
 _entries: OrderedDict[int, Written] = OrderedDict()
@@ -54,7 +60,7 @@ def leave(buffer_address: int, written: Written) -> None:
 def take(buffer_address: int, rmeta: int, length: int, pts: int) -> Written | None:
     """The entry left for this buffer if its relation meta, entry count and pts are unchanged, else None.
 
-    The entry is removed either way. The caller still compares the first box (``Written.boxes[0]``) with the
+    The entry is removed either way. The caller still compares the first box (``Written.first_box``) with the
     buffer's, which tells a stale entry from a recycled buffer whose new metadata happens to match the rest.
     """
     with _lock:
