@@ -54,6 +54,8 @@ class _PriorityGate:
                     self._cond.notify_all()
 
     def wait_clear(self, timeout_s: float) -> None:
+        if not self._open:  # the usual case, read without the lock: a section opening now is not waited for
+            return
         with self._cond:
             self._cond.wait_for(lambda: not self._open, timeout_s)
 
@@ -66,10 +68,16 @@ def priority() -> AbstractContextManager[None]:
     return _GATE.section()
 
 
+def _held_lock() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
+
+
 @dataclass
 class _Job(Generic[T]):
     fn: Callable[[], T]
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Lock = field(default_factory=_held_lock)  # released by the worker: the cheapest wake-up
     result: T | None = None
     error: BaseException | None = None
 
@@ -107,7 +115,7 @@ class SerialWorker:
                 self._thread.start()
             self._jobs.append(job)  # type: ignore[arg-type]
             self._cond.notify()
-        job.done.wait()
+        job.done.acquire()
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[return-value]
@@ -124,7 +132,7 @@ class SerialWorker:
                     job.result = job.fn()
                 except BaseException as exc:  # handed to the submitting thread, which reports it
                     job.error = exc
-                job.done.set()
+                job.done.release()
                 time.sleep(0)  # let a thread waiting for the GIL have it now (see the module docstring)
 
 
