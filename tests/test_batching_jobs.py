@@ -110,3 +110,19 @@ def test_frames_beyond_a_full_batch_run_in_the_next_batches() -> None:
         t.join(10)
     assert all(j.dets is not None and j.dets.labels.tolist() == [0] for j in jobs)
     assert group.stats.frames == 5 and group.stats.batches >= 3  # at most 2 per batch
+
+
+def test_a_stream_that_rejoins_after_its_end_is_waited_for_again() -> None:
+    group = _group(batch_size=2, members=2, max_latency_s=60.0)
+    group.leave_stream()
+    alone = _Job(_square_frame(10))
+    _infer_in_thread(group, alone).join(10)  # one live stream: one frame is a full batch
+    assert alone.dets is not None
+    group.rejoin_stream()  # e.g. a flushing seek after EOS
+    first = _infer_in_thread(group, _Job(_square_frame(50)))
+    first.join(0.3)
+    assert first.is_alive()  # waits for the other stream's frame again
+    second = _infer_in_thread(group, _Job(_square_frame(90)))
+    for t in (first, second):
+        t.join(10)
+    assert not first.is_alive() and not second.is_alive() and group.stats.batches == 2
