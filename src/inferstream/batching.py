@@ -153,23 +153,25 @@ class BatchGroup:
             self._pending[0].wake.set()
 
     def _run(self, batch: list[_Slot]) -> None:
-        with self._run_lock, priority():
-            t0 = time.monotonic()
-            try:
-                self._infer_and_deliver(batch)
-            except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
-                for s in batch:
-                    s.error = s.error or exc
-            t1 = time.monotonic()
-            self.stats.batches += 1
-            self.stats.frames += len(batch)
-            self.stats.infer_s += t1 - t0
-            self.stats.wait_s += sum(t0 - s.arrived for s in batch)
-        for s in batch:
-            s.done.set()
-            s.wake.set()
-        with self._lock:
-            self._wake_oldest()  # frames that arrived meanwhile may form the next batch
+        try:
+            with self._run_lock, priority():
+                t0 = time.monotonic()
+                try:
+                    self._infer_and_deliver(batch)
+                except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
+                    for s in batch:
+                        s.error = s.error or exc
+                t1 = time.monotonic()
+                self.stats.batches += 1
+                self.stats.frames += len(batch)
+                self.stats.infer_s += t1 - t0
+                self.stats.wait_s += sum(t0 - s.arrived for s in batch)
+        finally:  # whatever happened, the batch's threads wait for nothing else (they wait without a timeout)
+            for s in batch:
+                s.done.set()
+                s.wake.set()
+            with self._lock:
+                self._wake_oldest()  # frames that arrived meanwhile may form the next batch
 
     def _infer_and_deliver(self, batch: list[_Slot]) -> None:
         """Map every frame, infer the batch, deliver each result; a failing frame fails alone."""
