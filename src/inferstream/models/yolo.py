@@ -126,10 +126,15 @@ def _candidates(
         ``boxes [N, 4]`` cxcywh (``[N, 5]`` cxcywhr with ``angle``) float32, ``scores [N]`` float32,
         ``labels [N]`` int64, ``image_ids [N]`` int64.
     """
-    conf, label = pred[:, 4 : 4 + nc].max(dim=1)  # [B, A]
-    mask = _keep_classes(conf > params.conf, label, params)
-    img, anchor = mask.nonzero(as_tuple=True)
-    scores, labels = conf[img, anchor].float(), label[img, anchor]
+    # the best class score of every anchor, then the class of the few above ``conf`` only: ``max(dim=1)`` with
+    # indices over all anchors costs 12x ``amax`` on the CPU (0.65 vs 0.05 ms for one 80-class 640 image)
+    conf = pred[:, 4 : 4 + nc].amax(dim=1)  # [B, A]
+    img, anchor = (conf > params.conf).nonzero(as_tuple=True)
+    scores = conf[img, anchor].float()
+    labels = pred[img, 4 : 4 + nc, anchor].argmax(dim=1)  # [N, nc] -> the first best class, as max(dim=1) gives
+    if params.classes is not None:
+        keep = _in_classes(labels, params.classes)
+        img, anchor, scores, labels = img[keep], anchor[keep], scores[keep], labels[keep]
     if pred.shape[2] > max_nms:  # only then can one image exceed the cap
         order = by_image_then_score(scores, img)
         capped = order[rank_in_image(img[order]) < max_nms]
@@ -149,10 +154,11 @@ def _filter_rows(pred: Tensor, params: DecodeParams) -> tuple[Tensor, Tensor]:
 
 
 def _keep_classes(mask: Tensor, labels: Tensor, params: DecodeParams) -> Tensor:
-    if params.classes is None:
-        return mask
-    wanted = torch.tensor(params.classes, dtype=labels.dtype, device=labels.device)
-    return mask & torch.isin(labels, wanted)
+    return mask if params.classes is None else mask & _in_classes(labels, params.classes)
+
+
+def _in_classes(labels: Tensor, classes: tuple[int, ...]) -> Tensor:
+    return torch.isin(labels, torch.tensor(classes, dtype=labels.dtype, device=labels.device))
 
 
 def _rows(boxes_xyxy: Tensor, scores: Tensor, labels: Tensor, angles: Tensor | None = None) -> Detections:
