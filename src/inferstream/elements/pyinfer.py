@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from inferstream.batching import BatchGroup
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
+    from inferstream.frames.system import FrameFormat
     from inferstream.inference import Detector, InferConfig
     from inferstream.models.base import DecodeParams
 
@@ -161,6 +162,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self.set_in_place(True)
         self.set_passthrough(False)
         self._info: GstVideo.VideoInfo | None = None
+        self._frame_format: FrameFormat | None = None  # system memory: what mapping needs, read once per caps
         self._group: BatchGroup | None = None
         self._params: DecodeParams | None = None
         self._quarks: dict[tuple[str, ...], list[int]] = {}
@@ -263,8 +265,11 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         return True
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
+        from inferstream.frames.system import frame_format
+
         self._info = GstVideo.VideoInfo.new_from_caps(incaps)
         self._cuda_memory = is_cuda_memory(incaps)
+        self._frame_format = None if self._info is None or self._cuda_memory else frame_format(self._info)
         if self._cuda_memory and self._cuda_index is None:
             Gst.warning(f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
             return False
@@ -375,7 +380,7 @@ class _InferJob:
             return mapped_cuda_frames(self.buf, el._info, device=el._cuda_index)
         from inferstream.frames.system import mapped_frame
 
-        return mapped_frame(self.buf, el._info)
+        return mapped_frame(self.buf, el._frame_format or el._info)
 
     def deliver(self, dets: Detections, detector: Detector) -> None:
         from inferstream.meta.gstanalytics import write_detections

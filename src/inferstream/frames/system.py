@@ -4,6 +4,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import gi
 import numpy as np
@@ -22,13 +23,32 @@ SUPPORTED_FORMATS: tuple[str, ...] = PACKED_FORMATS + PLANAR_FORMATS
 _CHANNELS = {f: 3 if len(f) == 3 else 4 for f in PACKED_FORMATS}
 
 
-def _layout(buf: Gst.Buffer, info: GstVideo.VideoInfo) -> tuple[list[int], list[int]]:
-    """Plane strides and offsets: the buffer's own video meta wins (upstream may pad rows), else the caps'."""
+@dataclass(frozen=True, slots=True)
+class FrameFormat:
+    """What the caps say about every frame, read once per caps: each attribute read through GObject
+    introspection costs microseconds, and mapping read a dozen of them per frame."""
+
+    name: str
+    width: int
+    height: int
+    strides: tuple[int, ...]
+    offsets: tuple[int, ...]
+    colorimetry: tuple[str, bool]
+
+
+def frame_format(info: GstVideo.VideoInfo) -> FrameFormat:
     n = info.finfo.n_planes
+    return FrameFormat(info.finfo.name, info.width, info.height, tuple(info.stride[:n]), tuple(info.offset[:n]),
+                       colorimetry_of(info))
+
+
+def _layout(buf: Gst.Buffer, fmt: FrameFormat) -> tuple[list[int], list[int]]:
+    """Plane strides and offsets: the buffer's own video meta wins (upstream may pad rows), else the caps'."""
     vmeta = GstVideo.buffer_get_video_meta(buf)
     if vmeta is not None:
+        n = len(fmt.strides)
         return list(vmeta.stride[:n]), list(vmeta.offset[:n])
-    return list(info.stride[:n]), list(info.offset[:n])
+    return list(fmt.strides), list(fmt.offsets)
 
 
 def _plane(data: memoryview, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
@@ -72,13 +92,14 @@ def colorimetry_of(info: GstVideo.VideoInfo) -> tuple[str, bool]:
 
 
 @contextmanager
-def mapped_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo, writable: bool = False) -> Iterator[RawFrame]:
+def mapped_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, writable: bool = False) -> Iterator[RawFrame]:
     """Zero-copy RawFrame of a system-memory buffer; valid only inside the with-block (R10).
 
+    ``info``: the caps' VideoInfo, or its ``frame_format`` (kept per caps by elements that map every frame).
     ``writable`` maps READ|WRITE (the buffer must be writable, as in ``do_transform_ip``) so the views can be drawn on.
     """
-    strides, offsets = _layout(buf, info)
-    fmt = info.finfo.name
+    fmt = info if isinstance(info, FrameFormat) else frame_format(info)
+    strides, offsets = _layout(buf, fmt)
     flags = Gst.MapFlags.READ | Gst.MapFlags.WRITE if writable else Gst.MapFlags.READ
     with buf.map(flags) as mapinfo:
-        yield frame_from_mapped(mapinfo.data, fmt, info.width, info.height, strides, offsets, colorimetry_of(info))
+        yield frame_from_mapped(mapinfo.data, fmt.name, fmt.width, fmt.height, strides, offsets, fmt.colorimetry)
