@@ -27,13 +27,20 @@ FRAMES = 30
 SRC = f"videotestsrc num-buffers={FRAMES} ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1"
 
 
-def _run(name: str, conv: str, broker: str, **kw: Any) -> tuple[RunResult, dict[str, Any]]:
-    """Play the clip with person_and_car injected; returns the result and the broker's final ``stats``."""
+def _run(name: str, conv: str, broker: str, on_broker: Callable[[Gst.Element], None] | None = None,
+         **kw: Any) -> tuple[RunResult, dict[str, Any]]:
+    """Play the clip with person_and_car injected; returns the result and the broker's final ``stats``.
+    ``on_broker`` gets the pymsgbroker element before the pipeline plays."""
     inject(name, person_and_car)
     elements: dict[str, Gst.Element] = {}
+
+    def before_play(pipeline: Gst.Pipeline) -> None:
+        elements["broker"] = pipeline.get_by_name("broker")
+        if on_broker is not None:
+            on_broker(elements["broker"])
+
     result = run_pipeline(f"{SRC} ! testinject name={name} ! pymsgconv frame-interval=1 stream-id=cam1 {conv} ! "
-                          f"pymsgbroker name=broker {broker}", timeout_s=60,
-                          before_play=lambda p: elements.update(broker=p.get_by_name("broker")), **kw)
+                          f"pymsgbroker name=broker {broker}", timeout_s=60, before_play=before_play, **kw)
     return result, json.loads(elements["broker"].get_property("stats"))
 
 
@@ -96,13 +103,19 @@ def test_pymsgbroker_broker_down_at_start_warns_then_delivers_from_the_spool(
         fresh_server: Callable[[str], BrokerServer], tmp_path: Path) -> None:
     server = fresh_server("redis")  # port chosen, not started yet
 
-    def start_on_first_warning(_p: Gst.Pipeline, msg: Gst.Message) -> None:
-        if msg.type == Gst.MessageType.WARNING and server.proc is None:
-            server.start()  # while the stream runs / EOS waits: the publisher reconnects with backoff
+    def start_at_eos(broker: Gst.Element) -> None:
+        """Every frame's message is spooled by then (the broker was down, memory-limit=0); the EOS flush then
+        waits (flush-timeout) while the publisher reconnects with backoff."""
+        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
+            if info.get_event().type == Gst.EventType.EOS and server.proc is None:
+                server.start()
+            return Gst.PadProbeReturn.OK
+
+        broker.get_static_pad("sink").add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
 
     result, stats = _run("b_down", "schema=inferstream-frame",
                          f"proto=redis conn-str={server.conn_str} topic=late spool-dir={tmp_path / 'spool'} "
-                         "memory-limit=0 flush-timeout=20", on_message=start_on_first_warning)
+                         "memory-limit=0 flush-timeout=20", on_broker=start_at_eos)
     assert not result.errors and result.eos
     assert result.warnings and "redis broker: connect-failed" in result.warnings[0], result.warnings
     assert _flushed(result) == {"delivered": FRAMES, "pending": 0, "spooled": 0, "dropped": 0}
