@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 DEFAULT_INPUT_SIZE = (640, 640)
 _EXACT = {"auto": None, "exact": True, "fast": False}  # preprocess mode -> preprocess_batch(exact=...)
+PREPROCESS_MODES = tuple(_EXACT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class Detector:
         from inferstream.backends.loader import load_backend
 
         if cfg.preprocess not in _EXACT:
-            raise ConfigError(f"preprocess={cfg.preprocess!r}: expected one of {list(_EXACT)}")
+            raise ConfigError(f"preprocess={cfg.preprocess!r}: expected one of {list(PREPROCESS_MODES)}")
         self.cfg = cfg
         self.backend: Backend = load_backend(cfg.model, device=cfg.device, precision=cfg.precision,
                                              backend=cfg.backend, trust_checkpoint=cfg.trust_checkpoint,

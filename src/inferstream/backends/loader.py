@@ -37,9 +37,10 @@ _BY_SUFFIX: Final[dict[str, str]] = {
     ".pth": "torch",
     ".torchscript": "torch",
 }
-_BACKEND_CHOICES: Final = ("auto", *_RUNTIMES)
-_PRECISIONS: Final = ("auto", "fp32", "fp16")
-_GRAPH_MODES: Final = ("auto", "off", "cuda-graph")  # as torch_backend.GRAPH_MODES (not imported: torch is lazy)
+# the choices of load_backend's options, here (torch-free) so that elements and runtimes share them
+BACKEND_CHOICES: Final = ("auto", *_RUNTIMES)
+PRECISIONS: Final = ("auto", "fp32", "fp16")
+GRAPH_MODES: Final = ("auto", "off", "cuda-graph")
 # ``pkg.mod:attr`` or ``some/file.py:attr``; a spec naming an existing file is always a file, never a factory.
 _FACTORY_RE: Final = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|.+\.py):(?P<attr>[A-Za-z_][\w.]*)$")
 
@@ -79,12 +80,12 @@ def load_backend(
         UnsupportedModelError: the file is not a model the chosen runtime can read.
         BackendInitError: the runtime (or an optional extra it needs) failed to initialise the model.
     """
-    if backend not in _BACKEND_CHOICES:
-        raise ConfigError(f"backend={backend!r} is not one of {', '.join(_BACKEND_CHOICES)}")
-    if precision not in _PRECISIONS:
-        raise ConfigError(f"precision={precision!r} is not one of {', '.join(_PRECISIONS)}")
-    if graph not in _GRAPH_MODES:
-        raise ConfigError(f"graph={graph!r} is not one of {', '.join(_GRAPH_MODES)}")
+    if backend not in BACKEND_CHOICES:
+        raise ConfigError(f"backend={backend!r} is not one of {', '.join(BACKEND_CHOICES)}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision={precision!r} is not one of {', '.join(PRECISIONS)}")
+    if graph not in GRAPH_MODES:
+        raise ConfigError(f"graph={graph!r} is not one of {', '.join(GRAPH_MODES)}")
     dev = _parse_device(device)
     if graph == "cuda-graph" and dev.type != "cuda":
         raise ConfigError(f"graph=cuda-graph needs a CUDA device, got device={device!r}")

@@ -22,14 +22,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from inferstream.backends.base import ModelInfo
 from inferstream.backends.cuda_graphs import CudaGraphs, graph_buckets
-from inferstream.backends.loader import info_from_export_metadata
+from inferstream.backends.loader import GRAPH_MODES, info_from_export_metadata
 from inferstream.backends.torch_module import (
     declared_info,
     dtype_for,
@@ -44,8 +44,6 @@ from inferstream.backends.torch_module import (
     resolve_factory,
 )
 from inferstream.errors import BackendInitError, ConfigError, UnsupportedModelError
-
-GRAPH_MODES: Final = ("auto", "off", "cuda-graph")
 
 
 class TorchBackend:

@@ -23,6 +23,7 @@ gi.require_version("GstBase", "1.0")
 gi.require_version("GstVideo", "1.0")
 from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
 
+from inferstream.backends.loader import BACKEND_CHOICES, GRAPH_MODES, PRECISIONS  # noqa: E402
 from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._caps import (  # noqa: E402
     cuda_or_system_video_caps,
@@ -33,6 +34,7 @@ from inferstream.elements._caps import (  # noqa: E402
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.elements._stream import stream_info_event  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
+from inferstream.inference import PREPROCESS_MODES  # noqa: E402
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -45,10 +47,6 @@ if TYPE_CHECKING:
     from inferstream.models.base import DecodeParams
 
 FAMILIES = ("auto", "yolo", "yolo-end2end", "yolo-obb", "yolo-obb-end2end")
-PRECISIONS = ("auto", "fp32", "fp16")
-BACKENDS = ("auto", "torch", "onnxruntime")
-GRAPH_MODES = ("auto", "off", "cuda-graph")
-PREPROCESS_MODES = ("auto", "exact", "fast")
 SWAP_MESSAGE = "inferstream/model-swapped"
 
 
@@ -124,7 +122,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     device = props.string("Device", "Torch device: cpu, cuda, cuda:N", "cpu")
     precision = props.choice("Precision", "Compute precision; auto is fp16 on CUDA, fp32 on CPU",
                              PRECISIONS, "auto")
-    backend = props.choice("Backend", "Runtime; auto picks by file type", BACKENDS, "auto")
+    backend = props.choice("Backend", "Runtime; auto picks by file type", BACKEND_CHOICES, "auto")
     trust_checkpoint = props.boolean("Trust checkpoint", "Allow full unpickling of .pt checkpoints (ultralytics "
                                      "files need it). Unpickling runs code from the file: only for files you trust",
                                      False)
@@ -218,7 +216,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.inference import InferConfig, parse_labels
         from inferstream.models.base import DecodeParams
 
-        for name, choices in (("model-family", FAMILIES), ("precision", PRECISIONS), ("backend", BACKENDS),
+        for name, choices in (("model-family", FAMILIES), ("precision", PRECISIONS), ("backend", BACKEND_CHOICES),
                               ("graph", GRAPH_MODES), ("preprocess", PREPROCESS_MODES)):
             if self.get_property(name) not in choices:
                 raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
