@@ -225,7 +225,8 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
     if not rmeta:
         return None
     written = handoff.take(addr, rmeta, api.lib.gst_analytics_relation_get_length(rmeta), buf.pts)
-    if written is not None and (written.first_box is None or _box(rmeta, written.od_ids[0]) == written.first_box):
+    if written is not None and (written.first_box is None
+                                or next(_od_rows(rmeta, written.od_ids[:1]))[0][:4] == written.first_box):
         return _from_written(written, unique_id)
     ods, clss, trks = _by_type(rmeta)
     producers, present = _producers_by_od(rmeta, ods, clss)
@@ -235,28 +236,25 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
     names: dict[str, int] = {}
     rows: list[tuple[int, int, int, int, float, float]] = []
     labels: list[int] = []
+    for row, type_quark in _od_rows(rmeta, ods):
+        rows.append(row)
+        labels.append(names.setdefault(quark_name(type_quark), len(names)))
+    return _frame_meta(rows, labels, names, ods, producers, present, _track_ids(rmeta, ods, trks))
+
+
+def _od_rows(rmeta: int, ods: Sequence[int]) -> Iterator[tuple[tuple[int, int, int, int, float, float], int]]:
+    """``(x, y, w, h, confidence, r)`` and the type quark of each ODMtd, as the C API stores them."""
+    lib = analytics().lib
     od = Mtd(0, rmeta)
     ref = ctypes.byref(od)
     x, y, w, h, r, conf = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_float(),
                            ctypes.c_float())
     location_refs = tuple(ctypes.byref(v) for v in (x, y, w, h, r, conf))
-    location, obj_type = api.lib.gst_analytics_od_mtd_get_oriented_location, api.lib.gst_analytics_od_mtd_get_obj_type
+    location, obj_type = lib.gst_analytics_od_mtd_get_oriented_location, lib.gst_analytics_od_mtd_get_obj_type
     for od_id in ods:
         od.id = od_id
         location(ref, *location_refs)
-        rows.append((x.value, y.value, w.value, h.value, conf.value, r.value))
-        labels.append(names.setdefault(quark_name(obj_type(ref)), len(names)))
-    return _frame_meta(rows, labels, names, ods, producers, present, _track_ids(rmeta, ods, trks))
-
-
-def _box(rmeta: int, od_id: int) -> tuple[int, int, int, int]:
-    """``(x, y, w, h)`` of one ODMtd (the handoff's check that an entry is not stale)."""
-    x, y, w, h, r, conf = (ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_float(),
-                           ctypes.c_float())
-    od = Mtd(od_id, rmeta)
-    analytics().lib.gst_analytics_od_mtd_get_oriented_location(
-        ctypes.byref(od), *(ctypes.byref(v) for v in (x, y, w, h, r, conf)))
-    return x.value, y.value, w.value, h.value
+        yield (x.value, y.value, w.value, h.value, conf.value, r.value), obj_type(ref)
 
 
 def _from_written(written: handoff.Written, unique_id: int | None) -> FrameMeta:
