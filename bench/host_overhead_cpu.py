@@ -8,12 +8,13 @@ tracking) serialised by the GIL, and that can be measured here. The model is ``_
 returns a fixed yolo head with 20 confident boxes, so pyinfer's own work is all that is timed: the decoder, NMS,
 metadata on 20 boxes, and ByteTrack on 20 tracks.
 
-Per stream: ``videotestsrc ! RGB 64x64 ! pyinfer (free model, 64x64 input: next to no arithmetic, no resize; batch-group, batch = streams)
-! [pytracker !] fakesink``. Reported: frames/s in the steady state (10 %..90 % of the frames, from pyinfer's
-batch counter), host cores busy (averaged over the whole run, start-up included), and the p90 lateness of a 2 ms
-sleep in a Python thread (how long a thread waits for the GIL). Each stream count with and without a ``queue`` before
-pytracker (tracking then overlaps the next batch instead of following it); at the largest count also without
-pytracker, and without ``serial.priority`` (the batch no longer holds pytracker's shared thread back).
+Per stream: ``videotestsrc ! RGB 64x64 ! pyinfer (free model, 64x64 input: next to no arithmetic, no resize;
+batch-group, batch = streams) ! [pytracker !] fakesink``. Reported: frames/s in the steady state (10 %..90 % of
+the frames, from pyinfer's batch counter), host cores busy (averaged over the whole run, start-up included), and
+the p90 lateness of a 2 ms sleep in a Python thread (how long a thread waits for the GIL). Each stream count with
+and without a ``queue`` before pytracker (tracking then overlaps the next batch instead of following it); at the
+largest count also without pytracker, and without ``serial.priority`` (the batch no longer holds pytracker's
+shared thread back).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ FREE_MODEL = Path(__file__).resolve().parent / "_free_model.py"
 
 
 def pipeline_desc(streams: int, frames: int, tracker: bool, queue: bool = False) -> str:
-    track = ("queue max-size-buffers=2 ! " if queue else "") + "pytracker ! " if tracker else ""
+    track = (("queue max-size-buffers=2 ! " if queue else "") + "pytracker ! ") if tracker else ""
     chain = []
     for i in range(streams):
         chain.append(f"videotestsrc num-buffers={frames} pattern=ball ! video/x-raw,format=RGB,width=64,height=64,"
@@ -51,7 +52,8 @@ def measure(streams: int, frames: int, tracker: bool, queue: bool = False) -> di
                            total=streams * frames, sampler=sampler)
     if res.get("error"):
         raise SystemExit(f"pipeline failed: {res['error']}")
-    return {"fps": res["fps"], "cores": res["cpu_cores"], "gil_p90_ms": res.get("gil_wait_ms_p90"), "fill": res["batch_stats"].get("mean-fill")}
+    return {"fps": res["fps"], "cores": res["cpu_cores"], "gil_p90_ms": res.get("gil_wait_ms_p90"),
+            "fill": res["batch_stats"].get("mean-fill")}
 
 
 @contextlib.contextmanager

@@ -20,15 +20,14 @@ import time
 from contextlib import nullcontext
 
 import torch
+from _tracking_scene import FRAME_NS, default_bytetrack, grid_frame
 
-from inferstream.detections import Detections
 from inferstream.inference import to_host
 from inferstream.models.base import DecodeParams
 from inferstream.models.yolo import AnchorFreeDecoder
 from inferstream.serial import SerialWorker, priority
-from inferstream.tracking import make_tracker
 
-STREAMS, BOXES, FRAME_NS = 8, 20, 33_333_333
+STREAMS, BOXES = 8, 20
 
 
 def _head(batch: int = 8, anchors: int = 2100, classes: int = 80) -> torch.Tensor:
@@ -47,15 +46,10 @@ def _decode_to_host(decoder: AnchorFreeDecoder, params: DecodeParams, pred: torc
 
 
 def _track_forever(worker: SerialWorker, stop: threading.Event, updates: list[int]) -> None:
-    tracker = make_tracker("bytetrack", high_score=0.5, low_score=0.1, new_track_score=0.6, match_iou=0.2,
-                           max_lost_s=2.0, coast_s=0.2, min_hits=2, per_class=False, first_id=1)
-    idx = torch.arange(BOXES, dtype=torch.float32)
-    origin = torch.stack([(idx % 10) * 120.0, (idx // 10) * 100.0], dim=1) + 10.0
-    scores, labels = torch.full((BOXES,), 0.8), torch.zeros(BOXES, dtype=torch.int64)
+    tracker = default_bytetrack()
     frame = 0
     while not stop.is_set():
-        xy = origin + 2.0 * frame
-        dets = Detections(boxes_xyxy=torch.cat([xy, xy + 60.0], dim=1), scores=scores, labels=labels)
+        dets = grid_frame(BOXES, frame, size=(60.0, 60.0))
         worker.run(lambda d=dets, f=frame: tracker.update(d, f * FRAME_NS))
         updates[0] += 1
         frame += 1

@@ -109,7 +109,8 @@ def markdown(results: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|"]
         for k, v in prof.items():
             lines.append(f"| {k} | {v.get('fps', v.get('skipped', v.get('error', '-')))} | "
-                         f"{v.get('gpu_util_pct', '-')} % | {v.get('gil_wait_ms_p90', '-')} | {v.get('cpu_cores', '-')} | "
+                         f"{v.get('gpu_util_pct', '-')} % | {v.get('gil_wait_ms_p90', '-')} | "
+                         f"{v.get('cpu_cores', '-')} | "
                          f"{v.get('batch_stats', {}).get('mean-fill', '-')} |")
         stages = next((v.get("stages") for v in prof.values() if isinstance(v, dict) and v.get("stages")), None)
         if stages:

@@ -329,7 +329,7 @@ class Bench:
             for ev in events:
                 if ev.get("cat") == "gpu_memcpy":
                     name = ev.get("name", "")
-                    kind = "HtoD" if "HtoD" in name else "DtoH" if "DtoH" in name else "DtoD" if "DtoD" in name else name
+                    kind = next((k for k in ("HtoD", "DtoH", "DtoD") if k in name), name)
                     totals[kind] += int(ev.get("args", {}).get("bytes", 0))
                     counts[kind] += 1
             frames = res.get("frames", 0) - res.get("first_frames_at", 0)
