@@ -1,6 +1,7 @@
 """Measuring a GStreamer pipeline on the GPU machine: NVML sampling, GIL latency, steady-state frame rate."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -25,12 +26,10 @@ class Nvml:
     def __init__(self) -> None:
         self.lib: Any = None
         self.handle = ctypes.c_void_p()
-        try:
+        with contextlib.suppress(OSError):  # no NVIDIA driver: stays inert
             lib = ctypes.CDLL("libnvidia-ml.so.1")
             if lib.nvmlInit_v2() == 0 and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) == 0:
                 self.lib = lib
-        except OSError:
-            pass
 
     def _text(self, fn: str, *args: Any) -> str:
         buf = ctypes.create_string_buffer(128)

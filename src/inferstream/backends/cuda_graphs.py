@@ -6,6 +6,7 @@ back to n rows). A capture that fails is reported (``status``) and, unless stric
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -127,13 +128,11 @@ def _reset_rng_capture_state() -> None:
     empty capture that ends cleanly resets it."""
     import warnings
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "the CUDA Graph is empty"
-            with torch.cuda.graph(torch.cuda.CUDAGraph()):
-                pass
-    except Exception:  # noqa: BLE001, S110  (best effort: eager inference does not need the RNG)
-        pass
+    # best effort: eager inference does not need the RNG
+    with contextlib.suppress(Exception), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "the CUDA Graph is empty"
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            pass  # the capture is the point: entering and leaving it resets the RNG's capture state
 
 
 def _last_line(e: BaseException) -> str:

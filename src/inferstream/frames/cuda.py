@@ -1,22 +1,22 @@
 """CUDA-memory video buffers (``video/x-raw(memory:CUDAMemory)``) as zero-copy torch CUDA tensors.
 
-``mapped_cuda_frames(buf, info)``: map the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
-   (through ctypes: gst-python's ``Buffer.map`` drops the CUDA flag) and hand out a ``RawFrame`` whose planes are
-   ``torch.uint8`` CUDA tensors viewing the device memory with its pitch (no copy), built from
-   ``__cuda_array_interface__`` dicts. Strides and offsets come from the memory's own ``GstVideoInfo``.
-Context sharing (torch's primary context for GStreamer's CUDA elements) lives in ``frames.cuda_context``.
+``mapped_cuda_frames(buf, info)`` maps the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
+(through ctypes: gst-python's ``Buffer.map`` drops the CUDA flag) and hands out a ``RawFrame`` whose planes are
+``torch.uint8`` CUDA tensors viewing the device memory with its pitch (no copy), built from
+``__cuda_array_interface__`` dicts. Strides and offsets come from the memory's own ``GstVideoInfo``. Context
+sharing (torch's primary context for GStreamer's CUDA elements) lives in ``frames.cuda_context``.
 
 Synchronisation (GStreamer ≥ 1.24 does not synchronise a ``GST_MAP_CUDA`` map):
-
-Both are one ``cuEventRecord`` + ``cuStreamWaitEvent`` pair through ctypes that keeps the GIL (``gstnative``): torch's
-``Event.record`` / ``wait_event`` release it, and under many streaming threads each re-acquisition can cost
-milliseconds.
 
 - on entry, torch's current stream waits (an event, no host block) for the work GStreamer queued on the
   memory's CUDA stream (``gst_cuda_memory_get_stream`` → ``gst_cuda_stream_get_handle``; the default stream
   when it has none);
 - on exit, the memory's stream waits for torch's current stream as it was on entry, so GStreamer does not
   reuse or overwrite the memory while kernels that read it are still queued.
+
+Both are one ``cuEventRecord`` + ``cuStreamWaitEvent`` pair through ctypes that keeps the GIL (``gstnative``):
+torch's ``Event.record`` / ``wait_event`` release it, and under many streaming threads each re-acquisition can
+cost milliseconds.
 
 So the caller must enqueue every kernel that reads the planes on ``torch.cuda.current_stream()`` (the default),
 or make that stream wait for its other streams (``current.wait_stream(other)``) before the block ends. Nothing

@@ -36,7 +36,8 @@ def mismatch_message(memory_ctx: int, torch_ctx: int, device: int) -> str:
             f"cuda:{device}: torch kernels cannot read another context's memory. GStreamer's CUDA elements "
             f"(nvh264dec, cudaupload, cudaconvert, ...) create their own context unless the application shares "
             f"one: call inferstream.frames.cuda_context.share_torch_context(pipeline) before the pipeline leaves "
-            f"NULL, or answer NEED_CONTEXT '{CUDA_CONTEXT_TYPE}' messages with answer_need_context() in a bus sync handler.")
+            f"NULL, or answer NEED_CONTEXT '{CUDA_CONTEXT_TYPE}' messages with answer_need_context() in a bus sync "
+            f"handler.")
 
 
 @functools.cache
