@@ -2,6 +2,8 @@
 into the frame in place — nvdsosd's job on stock GStreamer. A thin shell: drawing lives in inferstream.ops.draw."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import gi
 
 gi.require_version("Gst", "1.0")
@@ -12,6 +14,9 @@ from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
 from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._caps import system_video_caps, video_templates  # noqa: E402
 from inferstream.elements._errors import post_error  # noqa: E402
+
+if TYPE_CHECKING:
+    from inferstream.frames.system import FrameFormat
 
 
 class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
@@ -34,11 +39,14 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self.set_in_place(True)
-        self._info: GstVideo.VideoInfo | None = None
+        self._format: FrameFormat | None = None  # what mapping needs, read once per caps
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
-        self._info = GstVideo.VideoInfo.new_from_caps(incaps)
-        return self._info is not None
+        from inferstream.frames.system import frame_format
+
+        info = GstVideo.VideoInfo.new_from_caps(incaps)
+        self._format = None if info is None else frame_format(info)
+        return self._format is not None
 
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
         from inferstream.frames.system import mapped_frame
@@ -54,7 +62,7 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
             labels, scores = dets.labels.tolist(), dets.scores.tolist()
             colors = [id_color(t if t >= 0 and self.show_track_ids else 1000 + lab) for t, lab in zip(tracks, labels)]
             texts = [self._text(meta.label_names[lab], score, t) for lab, score, t in zip(labels, scores, tracks)]
-            with mapped_frame(buf, self._info, writable=True) as frame:
+            with mapped_frame(buf, self._format, writable=True) as frame:
                 draw_detections(frame, dets.boxes_xyxy, dets.angles_rad, colors, texts, self.line_width,
                                 self.font_scale)
         except Exception as exc:  # the C boundary (R8)
