@@ -3,6 +3,7 @@ fails fails alone. Real Detector (the blob model of tests/blobs.py), real thread
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import AbstractContextManager, nullcontext
 
 import pytest
@@ -126,3 +127,43 @@ def test_a_stream_that_rejoins_after_its_end_is_waited_for_again() -> None:
     for t in (first, second):
         t.join(10)
     assert not first.is_alive() and not second.is_alive() and group.stats.batches == 2
+
+
+class _OrderedJob(_Job):
+    """Records the order of deliveries; its delivery can wait for an event (to hold its batch in delivery)."""
+
+    def __init__(self, name: str, log: list[str], mapped: threading.Event | None = None,
+                 hold_until: threading.Event | None = None) -> None:
+        super().__init__(_square_frame(10))
+        self.name, self._log, self._mapped, self._hold_until = name, log, mapped, hold_until
+        self.saw_next_batch_mapping = False
+
+    def frame(self) -> AbstractContextManager[RawFrame]:
+        if self._mapped is not None:
+            self._mapped.set()
+        return super().frame()
+
+    def deliver(self, dets: Detections, detector: Detector) -> None:
+        if self._hold_until is not None:
+            self.saw_next_batch_mapping = self._hold_until.wait(10)
+        self._log.append(self.name)
+        super().deliver(dets, detector)
+
+
+def test_the_next_batch_infers_while_the_previous_one_delivers_and_deliveries_keep_their_order() -> None:
+    group = _group(batch_size=2, members=4, max_latency_s=60.0)
+    log: list[str] = []
+    second_batch_mapped = threading.Event()
+    first = [_OrderedJob("a", log, hold_until=second_batch_mapped), _OrderedJob("b", log)]
+    second = [_OrderedJob("c", log, mapped=second_batch_mapped), _OrderedJob("d", log)]
+    threads = [_infer_in_thread(group, job) for job in first]
+    deadline = time.monotonic() + 10
+    while not all(j.mapped_thread for j in first) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the first batch (full: a and b) runs
+    threads += [_infer_in_thread(group, job) for job in second]
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads)
+    assert first[0].saw_next_batch_mapping  # batch 2 mapped its frames while batch 1 was still delivering
+    assert log == ["a", "b", "c", "d"]  # ... and delivered after it
+    assert group.stats.batches == 2 and group.stats.frames == 4

@@ -46,6 +46,11 @@ def _match(gpu: dict[int, Any], cpu: dict[int, Any], box_px: float, score: float
             "ok": bool(frames) and len(frames) == len(gpu) == len(cpu) and matched >= 0.99 * total and total > 0}
 
 
+def _tracker_text(tracker: bool | str) -> str:
+    """Results before track-in-batch record a bool."""
+    return tracker if isinstance(tracker, str) else ("yes" if tracker else "no")
+
+
 def markdown(results: dict[str, Any]) -> str:
     ph = results["phases"]
     env, ceil, pipes = ph.get("env", {}), ph.get("ceiling", {}), ph.get("pipelines", {})
@@ -66,7 +71,7 @@ def markdown(results: dict[str, Any]) -> str:
         ratio = f"{100 * fps / c:.0f} %" if fps and c else "-"
         fill = r.get("batch_stats", {}).get("mean-fill", "-")
         fps_text = (f"{fps}" + (" (partial: timed out)" if r.get("partial") else "")) if fps else r.get("error", "-")
-        lines.append(f"| {r['streams']} | {r['batch']} | {memory} | {'yes' if r.get('tracker', True) else 'no'} | "
+        lines.append(f"| {r['streams']} | {r['batch']} | {memory} | {_tracker_text(r.get('tracker', True))} | "
                      f"{fps_text} | "
                      f"{c or '-'} | {ratio} | {r.get('gpu_util_pct', '-')} % | {r.get('nvdec_util_pct', '-')} % | "
                      f"{r.get('cpu_cores', '-')} | {r.get('gil_wait_ms_p90', '-')} | {fill} |")

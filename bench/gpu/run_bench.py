@@ -233,7 +233,7 @@ class Bench:
         return planes
 
     def _streams_desc(self, n: int, *, download: bool, batch: int, group: str, tracker: bool = True,
-                      infer: bool = True, extra: str = "", clip: Path | None = None) -> str:
+                      infer: bool = True, extra: str = "", clip: Path | None = None, tracker_opts: str = "") -> str:
         parts = []
         for i in range(n):
             chain = [f"filesrc location={clip or self.clip}", "qtdemux", "h264parse", self.decoder]
@@ -243,7 +243,7 @@ class Bench:
                 chain.append(f"pyinfer name=inf{i} model={self.model} device={self.device} "
                              f"precision={self.args.precision} batch-group={group} batch-size={batch} {extra}")
                 if tracker:
-                    chain.append("pytracker")
+                    chain.append(f"pytracker {tracker_opts}".strip())
             chain.append(f"fakesink name=sink{i} sync=false")
             parts.append(" ! ".join(chain))
         return "  ".join(parts)
@@ -266,9 +266,9 @@ class Bench:
     def pipelines(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         stalled: set[tuple[bool, bool]] = set()
-        for n, download, batch_arg, tracker in self._sweep():
+        for n, download, batch_arg, tracker, in_stream in self._sweep():
             key = f"n{n}-{'download' if download else 'cuda'}" + (f"-b{batch_arg}" if batch_arg else "") + \
-                ("" if tracker else "-notrack")
+                ("" if tracker else "-notrack") + ("-instream" if in_stream else "")
             if self.over_budget(reserve_s=self.args.reserve_s):
                 out[key] = {"skipped": "time budget"}
                 continue
@@ -279,29 +279,30 @@ class Bench:
             clip, per_stream = (self.mid_clip, self.args.profile_frames) if self.args.sweep_clip == "mid" else \
                 (self.clip, self.frames)
             desc = self._streams_desc(n, download=download, batch=batch, group=key, clip=clip,
-                                      tracker=tracker)
+                                      tracker=tracker, tracker_opts="track-in-batch=false" if in_stream else "")
             with Sampler(self.nvml) as sampler:
                 res = run_pipeline(desc, timeout_s=self.args.pipeline_timeout_s, counter="inf0",
                                    total=n * per_stream, sampler=sampler)
             res.update(streams=n, batch=batch, memory="system (cudadownload)" if download else "CUDA",
-                       tracker=tracker, frames_per_stream=per_stream)
+                       tracker=tracker and ("in its thread" if in_stream else "in the batch"),
+                       frames_per_stream=per_stream)
             if "timeout" in str(res.get("error")):
                 stalled.add((download, tracker))
             out[key] = res
             print(f"    {key}: {json.dumps(res)}", flush=True)
         return out
 
-    def _sweep(self) -> list[tuple[int, bool, int | None, bool]]:
-        """(streams, through cudadownload, batch or None, with pytracker) from --sweep
-        "32,32:download,32:b16,32:notrack", else N x both memories."""
+    def _sweep(self) -> list[tuple[int, bool, int | None, bool, bool]]:
+        """(streams, through cudadownload, batch or None, with pytracker, pytracker in its own thread) from
+        --sweep "32,32:download,32:b16,32:notrack,32:instream", else N x both memories."""
         tracker = not self.args.no_tracker
         if not self.args.sweep:
-            return [(n, d, None, tracker) for n in self.args.streams for d in (False, True)]
+            return [(n, d, None, tracker, False) for n in self.args.streams for d in (False, True)]
         out = []
         for item in self.args.sweep.split(","):
             n, *opts = item.split(":")
             batch = next((int(o[1:]) for o in opts if o.startswith("b")), None)
-            out.append((int(n), "download" in opts, batch, tracker and "notrack" not in opts))
+            out.append((int(n), "download" in opts, batch, tracker and "notrack" not in opts, "instream" in opts))
         return out
 
     def bytes_per_frame(self) -> dict[str, Any]:

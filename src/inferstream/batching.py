@@ -79,7 +79,8 @@ class BatchGroup:
         self._live = 0
         self._pending: list[_Slot] = []
         self._lock = threading.Lock()
-        self._run_lock = threading.Lock()
+        self._run_lock = threading.Lock()  # held while a batch maps and infers
+        self._deliver_lock = threading.Lock()  # held while a batch delivers; taken before _run_lock is let go
 
     # membership -------------------------------------------------------------------------------------------
     @property
@@ -153,19 +154,27 @@ class BatchGroup:
             self._pending[0].wake.set()
 
     def _run(self, batch: list[_Slot]) -> None:
+        """Infer the batch, then deliver it, in two phases so that two batches can be in flight: while this one
+        writes its metadata (host work), the next one may already map its frames and wait on the model (the GIL
+        released). Batches deliver in the order they were inferred (hand-over-hand locks)."""
         try:
-            with self._run_lock, priority():
-                t0 = time.monotonic()
+            t0 = time.monotonic()
+            with ExitStack() as mapped:
+                with self._run_lock:
+                    with priority():
+                        inferred = self._infer(batch, mapped)
+                    detector = self.detector
+                    self._deliver_lock.acquire()  # before the next batch may start: delivery keeps the order
                 try:
-                    self._infer_and_deliver(batch)
-                except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
-                    for s in batch:
-                        s.error = s.error or exc
-                t1 = time.monotonic()
-                self.stats.batches += 1
-                self.stats.frames += len(batch)
-                self.stats.infer_s += t1 - t0
-                self.stats.wait_s += sum(t0 - s.arrived for s in batch)
+                    with priority():
+                        self._deliver(inferred, detector)
+                        mapped.close()  # unmap while still in order (a failure here fails the whole batch)
+                finally:
+                    self._deliver_lock.release()
+            self._count(batch, t0)
+        except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
+            for s in batch:
+                s.error = s.error or exc
         finally:  # whatever happened, the batch's threads wait for nothing else (they wait without a timeout)
             for s in batch:
                 s.done.set()
@@ -173,35 +182,46 @@ class BatchGroup:
             with self._lock:
                 self._wake_oldest()  # frames that arrived meanwhile may form the next batch
 
-    def _infer_and_deliver(self, batch: list[_Slot]) -> None:
-        """Map every frame, infer the batch, deliver each result; a failing frame fails alone."""
-        detector = self.detector
-        with ExitStack() as mapped:
-            ready, frames = [], []
-            for s in batch:
-                try:
-                    frames.append(mapped.enter_context(s.job.frame()))
-                    ready.append(s)
-                except BaseException as exc:
-                    s.error = exc
-            if not ready:
-                return
+    def _count(self, batch: list[_Slot], t0: float) -> None:
+        t1 = time.monotonic()
+        with self._lock:
+            self.stats.batches += 1
+            self.stats.frames += len(batch)
+            self.stats.infer_s += t1 - t0
+            self.stats.wait_s += sum(t0 - s.arrived for s in batch)
+
+    def _infer(self, batch: list[_Slot], mapped: ExitStack) -> list[tuple[_Slot, Detections]]:
+        """Map every frame (into ``mapped``) and infer them in one batch; a frame that fails to map fails alone."""
+        ready, frames = [], []
+        for s in batch:
             try:
-                # frames with other thresholds could share a forward pass; keep it simple: the group's params
-                results = detector.infer(frames, ready[0].params)
+                frames.append(mapped.enter_context(s.job.frame()))
+                ready.append(s)
             except BaseException as exc:
-                for s in ready:
-                    s.error = exc
-                return
-            for s, dets in zip(ready, results):
-                try:
-                    s.job.deliver(dets, detector)
-                except BaseException as exc:
-                    s.error = exc
+                s.error = exc
+        if not ready:
+            return []
+        try:
+            # frames with other thresholds could share a forward pass; keep it simple: the group's params
+            results = self.detector.infer(frames, ready[0].params)
+        except BaseException as exc:
+            for s in ready:
+                s.error = exc
+            return []
+        return list(zip(ready, results))
+
+    @staticmethod
+    def _deliver(inferred: list[tuple[_Slot, Detections]], detector: Detector) -> None:
+        """Hand each frame its detections; a failing frame fails alone."""
+        for s, dets in inferred:
+            try:
+                s.job.deliver(dets, detector)
+            except BaseException as exc:
+                s.error = exc
 
     def swap(self, detector: Detector) -> Detector:
         """Install ``detector`` between two batches; returns the old one (the caller closes it)."""
-        with self._run_lock:
+        with self._run_lock, self._deliver_lock:
             old, self.detector = self.detector, detector
             self.cfg = detector.cfg
             return old

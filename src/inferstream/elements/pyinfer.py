@@ -37,6 +37,7 @@ from inferstream.errors import ConfigError  # noqa: E402
 from inferstream.inference import PREPROCESS_MODES  # noqa: E402
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from contextlib import AbstractContextManager
 
     from inferstream.batching import BatchGroup
@@ -175,7 +176,13 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._cuda: tuple[str, str | None] | None = None  # (device, why CUDA memory is unavailable), per device
         self._cuda_index: int | None = None
         self._told_upload = False
+        self._follower: Callable[[Gst.Buffer], None] | None = None
         self.connect("notify::model", self._on_model_changed)
+
+    def set_follower(self, follow: Callable[[Gst.Buffer], None] | None) -> None:
+        """Let the element linked right after this one (pytracker) do its per-frame work on the batch's thread,
+        right after each frame's detections are written (``follow(buf)``); None stops it."""
+        self._follower = follow
 
     # hot swap: the setter stays plain (R7); the notify handler hands the request to a loader thread ----------
     def _on_model_changed(self, *_args: object) -> None:
@@ -383,7 +390,11 @@ class _InferJob:
     def deliver(self, dets: Detections, detector: Detector) -> None:
         from inferstream.meta.gstanalytics import write_detections
 
-        write_detections(self.buf, dets, self.element._label_quarks(detector.labels), self.element._producer)
+        el = self.element
+        write_detections(self.buf, dets, el._label_quarks(detector.labels), el._producer)
+        follow = el._follower
+        if follow is not None:
+            follow(self.buf)
 
 
 GObject.type_register(PyInfer)

@@ -22,6 +22,7 @@ from inferstream.elements._errors import post_error  # noqa: E402
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections
+    from inferstream.elements.pyinfer import PyInfer
     from inferstream.meta.gstanalytics import FrameMeta
     from inferstream.serial import SerialWorker
     from inferstream.tracking import Tracker, TrackResult
@@ -68,6 +69,10 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
                                   "thread shared by all of them, one frame after another: with many streams this "
                                   "avoids the GIL hand-offs between streaming threads that otherwise cost more than "
                                   "the tracking", True)
+    track_in_batch = props.boolean("Track in batch", "When linked right after a pyinfer, track each frame on the "
+                                   "thread that runs pyinfer's batch, right after its detections are written: no "
+                                   "thread hop, and no second thread competing for the GIL while the next batch "
+                                   "waits on the model", True)
     unique_id = props.integer("Unique id", "Producer id recorded on the boxes this element predicts for frames "
                               "without detections", 1000, 0, 2**31 - 1)
 
@@ -80,6 +85,9 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._operate_on: int | None = None
         self._output_lost = False
         self._worker: SerialWorker | None = None
+        self._upstream: PyInfer | None = None  # tracks for us on its batch thread (track-in-batch)
+        self._batch_mark: int | None = None  # pts of the frame tracked on the batch thread, still to pass here
+        self._batch_error: Exception | None = None
 
     def do_start(self) -> bool:
         from inferstream.serial import shared_worker
@@ -100,9 +108,25 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._worker = shared_worker("inferstream-tracking") if self.shared_thread else None
         if self._worker is not None:
             self._worker.acquire()
+        self._batch_mark, self._batch_error = None, None
+        self._upstream = self._linked_pyinfer() if self.track_in_batch else None
+        if self._upstream is not None:
+            self._upstream.set_follower(self._track_in_batch)
         return True
 
+    def _linked_pyinfer(self) -> PyInfer | None:
+        """The pyinfer whose source pad is linked to our sink pad, if any: it then runs our frames' tracking (an
+        element in between, a queue say, keeps tracking here)."""
+        from inferstream.elements.pyinfer import PyInfer
+
+        peer = self.sinkpad.get_peer()
+        element = peer.get_parent_element() if peer is not None else None
+        return element if isinstance(element, PyInfer) else None
+
     def do_stop(self) -> bool:
+        if self._upstream is not None:
+            self._upstream.set_follower(None)
+            self._upstream = None
         if self._worker is not None:
             self._worker.release()
             self._worker = None
@@ -111,6 +135,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
     def do_sink_event(self, event: Gst.Event) -> bool:
         if event.type == Gst.EventType.FLUSH_STOP and self._tracker is not None:
             self._tracker.reset()
+            self._batch_mark, self._batch_error = None, None
         return GstBase.BaseTransform.do_sink_event(self, event)
 
     def _pts(self, buf: Gst.Buffer) -> int:
@@ -118,7 +143,22 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._last_pts = max(pts, self._last_pts)  # the tracker needs time that never goes backwards
         return self._last_pts
 
+    def _track_in_batch(self, buf: Gst.Buffer) -> None:
+        """pyinfer's follower: track ``buf`` on the batch's thread; its pass through here then only reports.
+        Frames reach us in order, one at a time, right after pyinfer let them go (the link is direct)."""
+        try:
+            self._track(buf)
+        except Exception as exc:  # reported by do_transform_ip, from this element
+            self._batch_error = exc
+        self._batch_mark = buf.pts
+
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
+        if self._batch_mark is not None and buf.pts == self._batch_mark:
+            self._batch_mark, error, self._batch_error = None, self._batch_error, None
+            if error is None:
+                return Gst.FlowReturn.OK
+            post_error(self, error, "tracking failed")
+            return Gst.FlowReturn.ERROR
         try:
             if self._worker is not None:
                 self._worker.run(lambda: self._track(buf))
