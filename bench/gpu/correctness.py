@@ -18,7 +18,7 @@ def check_correctness(bench: Bench) -> dict[str, Any]:
     """Same decoded frames through the CUDA path (device=cuda, CUDA memory) and the CPU path, both fp32.
 
     Three checks, from pixels to boxes: the model inputs the two paths build (colour conversion + letterbox:
-    the CUDA default is the fast resize-then-convert path, a few levels off the CPU's exact one), the raw model
+    the CUDA default is the fast float path, a few levels off the CPU's exact one), the raw model
     outputs on them (relative error: float32 on two devices, TF32 off), and the detections (per frame, matched by
     label, box and score).
     """

@@ -15,6 +15,7 @@
 #     include/ lib/pkgconfig/ lib/glib-2.0/include/  headers and relocatable .pc files (prefix=${pcfiledir}/../..)
 #                      to compile PyGObject and gst-python there
 #   src/pygobject-3.50.x.tar.gz, src/gst-python-1.28.6.tar.xz   sources built there for its Python 3.12
+#   wheels/py_spy-*.whl  the sampling profiler run.sh GIL_PROFILE=1 uses (optional)
 # Idempotent: the tarball is rebuilt each run (about 30 s); the PyGObject sdist is downloaded once.
 set -euo pipefail
 
@@ -177,6 +178,11 @@ stage_sources() {
     PYTHONPATH=$WORK/mesonpy PATH=$VENV/bin:$PATH "$VENV/bin/pip" download -q --no-deps --no-binary :all: \
       --no-build-isolation "$PYGOBJECT_SPEC" -d "$CARRY/src" 2>&1 | grep -v '^WARNING: Location' || true
     ls "$CARRY"/src/pygobject-*.tar.gz >/dev/null 2>&1 || die "PyGObject sdist download failed"
+  fi
+  # py-spy (a static binary in a wheel) for run.sh GIL_PROFILE=1; optional
+  if ! ls "$CARRY"/wheels/py_spy-*.whl >/dev/null 2>&1; then
+    "$VENV/bin/pip" download -q --no-deps --only-binary :all: "py-spy==0.4.3" -d "$CARRY/wheels" 2>&1 \
+      | grep -v '^WARNING: Location' || echo "pack: no py-spy wheel: run.sh GIL_PROFILE=1 will not work"
   fi
 }
 

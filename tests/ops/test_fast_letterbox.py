@@ -1,13 +1,12 @@
-"""The fast (resize, then convert) letterbox against the exact one, on real images converted to YUV 4:2:0.
+"""The fast (convert in float at full resolution, then resize) letterbox against the exact one, on real images
+converted to YUV 4:2:0.
 
 Bounds are in levels (1/255 of the model input) over the resized image (the padding must match exactly). Measured
 on bus.jpg, a 639x481 crop of it and vtest.avi frames, every colorimetry, fp32 and fp16, resized to 320x480,
-640x640 or 1088x1088: mean |diff| 0.66-0.89, mean diff -0.42..+0.18 (dark frames come out darker), 99.9th
-percentile 4.7-6.5 (NV12) and 7.1-9.5 (I420), maximum 21-35. The maximum sits where 4:2:0 chroma at sharp
-saturated edges gives out-of-gamut YUV, which the exact path clamps before resizing and the fast path after. At
-identity scale (no resize) NV12 stays within 4.4 levels: chroma siting and the fitted coefficients agree with the
-exact path, and the integer path's rounding is what is left. I420 differs more because the exact path repeats its
-chroma (videoconvert's fast path) where the fast one interpolates it.
+640x640 or 1088x1088: mean |diff| 0.44-0.76 (inside the letterbox), mean diff -0.24..+0.19, 99.9th percentile 1.7-3.1, maximum 1.8-4.4
+(NV12 up to 4.4, I420 up to 2.9). Before out-of-gamut pixels were clamped at full resolution (the fast path
+resized first and clamped after) the maximum was 21-35 levels, at sharp saturated edges. What is left: the fitted
+coefficients and the float resize against videoconvert's integer terms and cv2's fixed point.
 """
 from __future__ import annotations
 
@@ -101,7 +100,7 @@ def test_fast_path_stays_near_the_exact_path_on_real_images(
         inside[top : top + new_h, left : left + new_w] = True
         assert torch.equal(fast[i][:, ~inside], exact[i][:, ~inside])  # the padding, 114 / 255
         mean, bias, p999, worst = _levels(fast[i][:, inside], exact[i][:, inside])
-        assert mean < 0.95 and abs(bias) < 0.5 and p999 < 10 and worst < 40, (i, mean, bias, p999, worst)
+        assert mean < 0.8 and abs(bias) < 0.35 and p999 < 3.5 and worst < 5, (i, mean, bias, p999, worst)
 
 
 @pytest.mark.parametrize("size_hw", [(320, 480), (1088, 1088)])  # downscaled more, upscaled
@@ -113,14 +112,14 @@ def test_fast_path_stays_near_the_exact_path_at_other_scales(
     fast, _ = preprocess_batch(frames, size_hw, "cpu", torch.float32, exact=False)
     exact, _ = preprocess_batch(frames, size_hw, "cpu", torch.float32, exact=True)
     mean, bias, p999, worst = _levels(fast, exact)
-    assert mean < 0.95 and abs(bias) < 0.5 and p999 < 10 and worst < 40, (mean, bias, p999, worst)
+    assert mean < 0.7 and abs(bias) < 0.35 and p999 < 3.5 and worst < 5, (mean, bias, p999, worst)
 
 
 @pytest.mark.parametrize(("matrix", "full"), COLORIMETRY)
 def test_fast_nv12_matches_the_exact_path_within_rounding_at_identity_scale(
     images: list[np.ndarray], matrix: str, full: bool
 ) -> None:
-    # no resize: clamping order no longer matters, so what is left is chroma siting and the fitted coefficients
+    # no resize: what is left is chroma siting, the float chroma filter and the fitted coefficients
     for img in images[1:]:  # 639x481 (odd) and 768x576
         frame = _frame("NV12", img, matrix, full)
         size = (frame.height, frame.width)
@@ -190,7 +189,7 @@ def test_fast_path_issues_the_same_operations_whatever_the_batch_size(images: li
             with CountKernels() as mode:
                 preprocess_batch(frames, (64, 64), "cpu", torch.float16, exact=False)
             counts.append(mode.ops)
-        assert counts[0] == counts[1] and len(counts[0]) <= 12, (fmt, counts[0])
+        assert counts[0] == counts[1] and len(counts[0]) <= 14, (fmt, counts[0])
 
 
 def test_default_is_the_exact_path_on_cpu(images: list[np.ndarray]) -> None:

@@ -197,8 +197,9 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         import torch
 
         table = [self._labels.setdefault(name, len(self._labels)) for name in meta.label_names]
-        labels = torch.tensor(table, dtype=torch.int64)[meta.dets.labels] if table else meta.dets.labels
-        return replace(meta.dets, labels=labels)
+        if table == list(range(len(table))):  # the usual case: the buffer's names come in this table's order
+            return meta.dets
+        return replace(meta.dets, labels=torch.tensor(table, dtype=torch.int64)[meta.dets.labels])
 
     def _write_tracked(self, buf: Gst.Buffer, od_ids: tuple[int, ...], result: TrackResult) -> None:
         from inferstream.meta.gstanalytics import TrackRecord, write_tracks

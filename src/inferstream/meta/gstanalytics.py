@@ -16,7 +16,7 @@ import ctypes
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from inferstream.errors import MetaWriteError
 from inferstream.gstnative import buffer_address
@@ -104,9 +104,9 @@ def _producer_id(producer: int) -> int | None:
     return int(name[len(PRODUCER_PREFIX):]) if name.startswith(PRODUCER_PREFIX) else None
 
 
-@dataclass(frozen=True, slots=True)
-class TrackRecord:
-    """What a TrackingMtd carries (ids and GstClockTime nanoseconds)."""
+class TrackRecord(NamedTuple):
+    """What a TrackingMtd carries (ids and GstClockTime nanoseconds). A named tuple: one is built per tracked box
+    and frame, and it builds three times faster than a frozen dataclass."""
 
     od_id: int
     track_id: int
@@ -123,13 +123,15 @@ def write_tracks(buf: Gst.Buffer, records: Sequence[TrackRecord]) -> None:
     rmeta = _relation_meta(buf)
     trk = Mtd()
     ref = ctypes.byref(trk)
-    for rec in records:
-        if not lib.gst_analytics_relation_meta_add_tracking_mtd(rmeta, rec.track_id, rec.first_seen_ns, ref):
-            raise MetaWriteError(f"add_tracking_mtd failed for track {rec.track_id}")
-        lib.gst_analytics_tracking_mtd_update_last_seen(ref, rec.last_seen_ns)
-        if rec.lost:
-            lib.gst_analytics_tracking_mtd_set_lost(ref)
-        lib.gst_analytics_relation_meta_set_relation(rmeta, REL_RELATE_TO, rec.od_id, trk.id)
+    add, last_seen = lib.gst_analytics_relation_meta_add_tracking_mtd, lib.gst_analytics_tracking_mtd_update_last_seen
+    set_lost, relate = lib.gst_analytics_tracking_mtd_set_lost, lib.gst_analytics_relation_meta_set_relation
+    for od_id, track_id, first_seen_ns, last_seen_ns, lost in records:
+        if not add(rmeta, track_id, first_seen_ns, ref):
+            raise MetaWriteError(f"add_tracking_mtd failed for track {track_id}")
+        last_seen(ref, last_seen_ns)
+        if lost:
+            set_lost(ref)
+        relate(rmeta, REL_RELATE_TO, od_id, trk.id)
 
 
 @dataclass(frozen=True, slots=True)

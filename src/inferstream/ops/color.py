@@ -36,7 +36,7 @@ _PACKED: Final[dict[str, tuple[int, int, bool]]] = {
     "xRGB": (4, 1, False), "xBGR": (4, 1, True), "ARGB": (4, 1, False), "ABGR": (4, 1, True),
 }  # fmt: skip
 _KR_KB: Final[dict[str, tuple[float, float]]] = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
-_NEAREST_CHROMA: Final[frozenset[str]] = frozenset({"I420"})  # videoconvert's fast path; NV12 interpolates
+NEAREST_CHROMA: Final[frozenset[str]] = frozenset({"I420"})  # videoconvert's fast path; NV12 interpolates
 
 
 def to_rgb(frame: RawFrame, device: torch.device | str) -> Tensor:
@@ -220,7 +220,7 @@ def _yuv420_rgb_planar(
     y = planes[0]
     u, v = (planes[1][..., 0], planes[1][..., 1]) if fmt == "NV12" else (planes[1], planes[2])
     cy, rv, bu, gu, gv = yuv_coefficients(matrix, full_range)
-    if fmt in _NEAREST_CHROMA:  # chroma terms at chroma resolution, then spread over each 2x2 block
+    if fmt in NEAREST_CHROMA:  # chroma terms at chroma resolution, then spread over each 2x2 block
         r_c, b_c, g_c = _term(v, rv), _term(u, bu), _term(u, gu) + _term(v, gv)
         chroma = _repeat2(torch.stack((r_c, g_c, b_c), dim=-3))[..., :height, :width]
     else:

@@ -1,18 +1,21 @@
-"""Approximate letterbox for accelerators: resize the frame's own planes in float, then convert colour.
+"""Letterbox for accelerators: convert colour at full resolution in float, then resize.
 
 ``preprocess_batch``'s exact path converts each frame to RGB at full resolution in videoconvert's integer
-arithmetic, then resizes in cv2's fixed point: bit-exact to a CPU pipeline, but on a GPU that full-resolution
-integer work costs more than the model. Here a group of frames sharing format, size and colorimetry takes a
-fixed number of kernels, whatever its size:
+arithmetic, then resizes in cv2's fixed point: bit-exact to a CPU pipeline, but on a GPU that integer work costs
+about as much as the model. Here a group of frames sharing format, size and colorimetry takes a fixed number of
+float kernels, whatever its size:
 
-- each plane kind is gathered in one copy and cast (``gather_planes``), then resized with
-  bilinear ``interpolate`` (half-pixel centres, no antialiasing: cv2's ``INTER_LINEAR`` geometry) straight to
-  the letterboxed size; chroma goes from half resolution, sited at the centre of each 2×2 block as the exact
-  NV12 path places it (so odd sizes keep their geometry too);
-- YUV becomes RGB through ``color.yuv_affine`` prescaled by 1/255, clamped to [0, 1], written in place.
+- each plane kind is gathered in one copy and cast (``gather_planes``);
+- 4:2:0 chroma is brought to full resolution as the exact path does it: NV12 interpolated, sited at the centre
+  of each 2×2 block (its (3a + b) / 4 filters are bilinear upsampling by 2), I420 repeated over its block
+  (videoconvert's I420 fast path);
+- YUV becomes RGB through ``color.yuv_affine``, clamped to [0, 255] and rounded to whole levels, as the exact
+  path's bytes are; out-of-gamut pixels at sharp saturated edges are clamped before the resize, as there;
+- the RGB is resized with bilinear ``interpolate`` (half-pixel centres, no antialiasing: cv2's ``INTER_LINEAR``
+  geometry) straight to the letterboxed size and scaled by 1/255.
 
-Not bit-exact: resizing first moves the clamp and the rounding, and videoconvert's integer terms become fitted
-lines; ``tests/ops/test_fast_letterbox.py`` pins how far the model input may drift from the exact path.
+Not bit-exact: videoconvert's integer terms become fitted lines (a level at most, on a few pixels) and cv2's fixed
+point resize becomes a float one; ``tests/ops/test_fast_letterbox.py`` pins the distance to the exact path.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from inferstream.frames.raw import PLANAR_FORMATS
-from inferstream.ops.color import check_group, colour_bytes, yuv_affine
+from inferstream.ops.color import NEAREST_CHROMA, check_group, colour_bytes, yuv_affine
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -54,21 +57,31 @@ def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor) -> Tensor:
         rgb = gather_planes([colour_bytes(f)[0] for f in frames], out.device, out.dtype).permute(0, 3, 1, 2)
         rgb = F.interpolate(rgb, size=size, mode="bilinear", align_corners=False, antialias=False)
         return torch.mul(rgb.flip(1) if reversed_ else rgb, 1 / 255, out=out)
-    luma = gather_planes([f.planes[0] for f in frames], out.device, out.dtype).unsqueeze(1)
-    luma = F.interpolate(luma, size=size, mode="bilinear", align_corners=False, antialias=False)
+    rgb = _full_resolution_rgb(frames, out.device, out.dtype)
+    rgb = F.interpolate(rgb, size=size, mode="bilinear", align_corners=False, antialias=False)
+    return torch.mul(rgb, 1 / 255, out=out)
+
+
+def _full_resolution_rgb(frames: Sequence[RawFrame], device: torch.device, dtype: torch.dtype) -> Tensor:
+    """A group of YUV 4:2:0 frames as RGB ``[G, 3, H, W]`` in whole levels 0..255, ``dtype`` on ``device``."""
+    first = frames[0]
+    full = (first.height, first.width)
+    luma = gather_planes([f.planes[0] for f in frames], device, dtype).unsqueeze(1)
     if first.format == "NV12":  # [G, 2, h/2, w/2], channels last
-        chroma = gather_planes([f.planes[1] for f in frames], out.device, out.dtype).permute(0, 3, 1, 2)
+        chroma = gather_planes([f.planes[1] for f in frames], device, dtype).permute(0, 3, 1, 2)
     else:  # U of every frame, then V of every frame: [2G, 1, h/2, w/2]
         planes = [f.planes[1] for f in frames] + [f.planes[2] for f in frames]
-        chroma = gather_planes(planes, out.device, out.dtype).unsqueeze(1)
-    # chroma spans the frame's width / 2 x height / 2 (not its ceil): pass the scales, or odd sizes drift
-    chroma = torch.ops.aten.upsample_bilinear2d(chroma, size, False, 2 * size[0] / first.height,
-                                                2 * size[1] / first.width)  # fmt: skip
+        chroma = gather_planes(planes, device, dtype).unsqueeze(1)
+    # the plane spans ceil(h / 2) rows: pass the scale (2), or odd sizes drift
+    if first.format in NEAREST_CHROMA:
+        chroma = torch.ops.aten.upsample_nearest2d(chroma, full, 2.0, 2.0)
+    else:
+        chroma = torch.ops.aten.upsample_bilinear2d(chroma, full, False, 2.0, 2.0)
     g = len(frames)
     u, v = (chroma[:, 0:1], chroma[:, 1:2]) if first.format == "NV12" else (chroma[:g], chroma[g:])
-    ky, ku, kv, bias = _affine(first.matrix, first.full_range, out.device, out.dtype)
-    torch.add(bias, luma, alpha=ky, out=out)
-    return out.addcmul_(u, ku).addcmul_(v, kv).clamp_(0, 1)
+    ky, ku, kv, bias = _affine(first.matrix, first.full_range, device, dtype)
+    rgb = torch.add(bias, luma, alpha=ky)
+    return rgb.addcmul_(u, ku).addcmul_(v, kv).clamp_(0, 255).round_()
 
 
 def gather_planes(planes: Sequence[Tensor], device: torch.device, dtype: torch.dtype) -> Tensor:
@@ -91,9 +104,9 @@ def gather_planes(planes: Sequence[Tensor], device: torch.device, dtype: torch.d
 def _affine(
     matrix: str, full_range: bool, device: torch.device, dtype: torch.dtype
 ) -> tuple[float, Tensor, Tensor, Tensor]:
-    """``yuv_affine`` over 255 as broadcastable factors: luma gain, U and V gains and bias, each ``[1, 3, 1, 1]``."""
+    """``yuv_affine`` as broadcastable factors: luma gain, U and V gains and bias, each ``[1, 3, 1, 1]``."""
     m, b = yuv_affine(matrix, full_range)
-    cols = torch.tensor(m, dtype=torch.float64).T / 255
-    bias = torch.tensor(b, dtype=torch.float64) / 255
+    cols = torch.tensor(m, dtype=torch.float64).T
+    bias = torch.tensor(b, dtype=torch.float64)
     ku, kv, bias = (t.view(1, 3, 1, 1).to(device=device, dtype=dtype) for t in (cols[1], cols[2], bias))
-    return m[0][0] / 255, ku, kv, bias
+    return m[0][0], ku, kv, bias

@@ -5,7 +5,7 @@ The geometry is ultralytics' ``LetterBox(auto=False, center=True, scaleup=True)`
 split ``round(d / 2 - 0.1)`` before and ``round(d / 2 + 0.1)`` after, pad value 114. The resize is bilinear with
 half-pixel centres and no antialiasing, in cv2's own uint8 fixed-point arithmetic (``INTER_LINEAR``), so the model
 sees the levels ultralytics' ``LetterBox`` produces; then they are divided by 255. That exact path is the default
-on CPU; on CUDA the default is ``fast_letterbox``'s approximation (a few levels off, many times faster there).
+on CPU; on CUDA the default is ``fast_letterbox``'s float version (≤ 5 levels off, many times faster there).
 
 The inverse follows ultralytics' ``scale_boxes``: per-axis gains ``new_w / w`` and ``new_h / h`` (the rounded
 resized size over the frame size), so boxes map back exactly onto the pixels that were resized.
@@ -86,8 +86,8 @@ def preprocess_batch(
         device: where the batch is built (pixels are uploaded in their source format, then converted there).
         dtype: floating dtype of the result.
         exact: True: convert at full resolution, then resize, bit-exact to videoconvert + cv2 (see above).
-            False: resize the planes, then convert (``fast_letterbox``: a fixed number of kernels per group, not
-            bit-exact). None: exact unless ``device`` is CUDA, where the exact path costs more than most models.
+            False: convert in float at full resolution, then resize (``fast_letterbox``: a fixed number of
+            kernels per group, not bit-exact). None: exact unless ``device`` is CUDA, where the exact path costs more than most models.
 
     Returns:
         ``(batch, letterbox)``: ``Tensor[B, 3, H, W]`` RGB in [0, 1] (padding 114/255) and the per-frame transform.

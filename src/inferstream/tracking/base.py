@@ -6,15 +6,15 @@ One tracker instance serves one stream. Time is the buffer's pts in nanoseconds 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections
 
 
-@dataclass(frozen=True, slots=True)
-class TrackState:
-    """One confirmed track as of this frame: what a ``GstAnalyticsTrackingMtd`` needs.
+class TrackState(NamedTuple):
+    """One confirmed track as of this frame: what a ``GstAnalyticsTrackingMtd`` needs. (A named tuple: trackers
+    build one per track and frame, three times faster than a frozen dataclass.)
 
     Attributes:
         track_id: the track's id (>= the tracker's ``first_id``; never reused by the same tracker instance).
