@@ -1,7 +1,7 @@
 """The one result type that flows from models/ through tracking/ to meta/ writers."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,12 +43,22 @@ class Detections:
         if len(devices) > 1:
             raise ValueError(f"all fields must share one device, got {sorted(map(str, devices))}")
 
+    @classmethod
+    def trusted(cls, boxes_xyxy: Tensor, scores: Tensor, labels: Tensor, angles_rad: Tensor | None = None,
+                track_ids: Tensor | None = None) -> Detections:
+        """Build without the checks, from fields that already passed them (rows taken from checked Detections):
+        the per-frame paths build several Detections per frame, and the checks cost more than the rest."""
+        out = object.__new__(cls)
+        for name, value in zip(_FIELD_NAMES, (boxes_xyxy, scores, labels, angles_rad, track_ids)):
+            object.__setattr__(out, name, value)
+        return out
+
     def __len__(self) -> int:
         return int(self.boxes_xyxy.shape[0])
 
     def __getitem__(self, keep: Tensor | slice) -> Detections:
         """Rows selected by a bool mask [N], an int64 index [K] or a slice."""
-        return Detections(**{f.name: None if (t := getattr(self, f.name)) is None else t[keep] for f in fields(self)})
+        return Detections.trusted(*(None if (t := getattr(self, name)) is None else t[keep] for name in _FIELD_NAMES))
 
     @property
     def oriented(self) -> bool:
@@ -61,7 +71,10 @@ class Detections:
         )
 
     def with_track_ids(self, track_ids: Tensor) -> Detections:
-        return replace(self, track_ids=track_ids)
+        _expect(track_ids, "track_ids", (len(self),), torch.int64)
+        if track_ids.device != self.boxes_xyxy.device:
+            raise ValueError(f"track_ids on {track_ids.device}, detections on {self.boxes_xyxy.device}")
+        return Detections.trusted(self.boxes_xyxy, self.scores, self.labels, self.angles_rad, track_ids)
 
     @classmethod
     def empty(cls, device: torch.device | str = "cpu", oriented: bool = False) -> Detections:
@@ -87,3 +100,6 @@ class Detections:
             out.append(self[start:start + n])
             start += n
         return out
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Detections))

@@ -160,7 +160,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self.set_in_place(True)
         self.set_passthrough(False)
         self._info: GstVideo.VideoInfo | None = None
-        self._frame_format: FrameFormat | None = None  # system memory: what mapping needs, read once per caps
+        self._frame_format: FrameFormat | None = None  # what mapping needs, read once per caps
         self._group: BatchGroup | None = None
         self._params: DecodeParams | None = None
         self._quarks: dict[tuple[str, ...], list[int]] = {}
@@ -273,7 +273,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
         self._info = GstVideo.VideoInfo.new_from_caps(incaps)
         self._cuda_memory = is_cuda_memory(incaps)
-        self._frame_format = None if self._info is None or self._cuda_memory else frame_format(self._info)
+        self._frame_format = None if self._info is None else frame_format(self._info)
         if self._cuda_memory and self._cuda_index is None:
             Gst.warning(f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
             return False
@@ -381,7 +381,7 @@ class _InferJob:
         if el._cuda_memory:
             from inferstream.frames.cuda import mapped_cuda_frames
 
-            return mapped_cuda_frames(self.buf, el._info, device=el._cuda_index)
+            return mapped_cuda_frames(self.buf, el._frame_format or el._info, device=el._cuda_index)
         from inferstream.frames.system import mapped_frame
 
         return mapped_frame(self.buf, el._frame_format or el._info)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from inferstream.tracking import Tracker, TrackResult
 
 _DEFAULT_FRAME_NS = 33_333_333  # used only when buffers carry no pts
+_CLOCK_TIME_NONE = Gst.CLOCK_TIME_NONE  # read once: each Gst.X goes through the overrides' module proxy
 
 
 class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
@@ -139,7 +140,9 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         return GstBase.BaseTransform.do_sink_event(self, event)
 
     def _pts(self, buf: Gst.Buffer) -> int:
-        pts = buf.pts if buf.pts != Gst.CLOCK_TIME_NONE else self._last_pts + _DEFAULT_FRAME_NS
+        pts = buf.pts
+        if pts == _CLOCK_TIME_NONE:
+            pts = self._last_pts + _DEFAULT_FRAME_NS
         self._last_pts = max(pts, self._last_pts)  # the tracker needs time that never goes backwards
         return self._last_pts
 

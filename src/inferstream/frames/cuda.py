@@ -50,6 +50,8 @@ from inferstream.gstnative import bind, buffer_address, pydll
 if TYPE_CHECKING:
     from gi.repository import Gst, GstVideo
 
+    from inferstream.frames.system import FrameFormat
+
 GST_MAP_READ: Final = 1 << 0
 GST_MAP_CUDA: Final = 1 << 17  # GST_MAP_FLAG_LAST << 1 (gst/cuda/gstcudamemory.h): 0x20000
 SUPPORTED_FORMATS: Final[tuple[str, ...]] = PACKED_FORMATS + PLANAR_FORMATS
@@ -243,15 +245,15 @@ def _cuda_memory(buf: Gst.Buffer) -> int:
     return int(mem)
 
 
-def _memory_layout(cmem: GstCudaMemoryC, info: GstVideo.VideoInfo) -> tuple[list[int], list[int]]:
+def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[list[int], list[int]]:
     """Strides/offsets of the memory's own video info (the pitch the allocator chose), checked against the caps."""
     minfo = cmem.info
     fmt_id = ctypes.c_int.from_address(minfo.finfo).value if minfo.finfo else -1
-    if fmt_id != int(info.finfo.format) or minfo.width < info.width or minfo.height < info.height:
+    if fmt_id != fmt.format_id or minfo.width < fmt.width or minfo.height < fmt.height:
         raise UnsupportedFormatError(
             f"CUDA memory layout (format id {fmt_id}, {minfo.width}x{minfo.height}) does not match the caps "
-            f"({info.finfo.name} = {int(info.finfo.format)}, {info.width}x{info.height})")
-    n = _N_PLANES.get(info.finfo.name, 1)
+            f"({fmt.name} = {fmt.format_id}, {fmt.width}x{fmt.height})")
+    n = _N_PLANES.get(fmt.name, 1)
     return list(minfo.stride[:n]), list(minfo.offset[:n])
 
 
@@ -297,12 +299,14 @@ def stream_wait(waiter: int, signaller: int, context: int) -> None:
 
 
 @contextmanager
-def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int | None = None) -> Iterator[RawFrame]:
+def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, *,
+                       device: int | None = None) -> Iterator[RawFrame]:
     """Zero-copy ``RawFrame`` of a CUDA-memory buffer; valid only inside the with-block (R10).
 
     Args:
         buf: a buffer of ``video/x-raw(memory:CUDAMemory)`` holding one ``GstCudaMemory``.
-        info: the caps' video info (format, size, colorimetry).
+        info: the caps' video info (format, size, colorimetry), or its ``FrameFormat`` (read once per caps:
+            reading the VideoInfo through GObject introspection costs tens of microseconds per frame).
         device: torch CUDA ordinal the pipeline's context lives on; ``None`` = current device.
 
     Yields:
@@ -319,9 +323,10 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int
     """
     import torch
 
-    from inferstream.frames.system import colorimetry_of
+    from inferstream.frames.system import FrameFormat, frame_format
 
-    fmt = info.finfo.name
+    ff = info if isinstance(info, FrameFormat) else frame_format(info)
+    fmt = ff.name
     if fmt not in _N_PLANES:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported on CUDA memory; use one of "
                                      f"{list(SUPPORTED_FORMATS)}")
@@ -331,14 +336,14 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int
     mem_ctx = c_address(_native().cuda_gst.gst_cuda_context_get_handle(cmem.context)) if cmem.context else 0
     if mem_ctx != torch_context_handle(dev.index):
         raise CudaContextMismatchError(mismatch_message(mem_ctx, torch_context_handle(dev.index), dev.index))
-    strides, offsets = _memory_layout(cmem, info)
-    layouts = plane_layouts(fmt, info.width, info.height, strides, offsets)
+    strides, offsets = _memory_layout(cmem, ff)
+    layouts = plane_layouts(fmt, ff.width, ff.height, strides, offsets)
     mapinfo = GstMapInfoC()
     if not _native().gst.gst_memory_map(mem, ctypes.byref(mapinfo), GST_MAP_READ | GST_MAP_CUDA):
         raise RuntimeError("gst_memory_map(GST_MAP_READ | GST_MAP_CUDA) failed")
     try:
         if frame_nbytes(layouts) > mapinfo.size:
-            raise UnsupportedFormatError(f"{fmt} {info.width}x{info.height}: planes need {frame_nbytes(layouts)} "
+            raise UnsupportedFormatError(f"{fmt} {ff.width}x{ff.height}: planes need {frame_nbytes(layouts)} "
                                          f"bytes, the CUDA memory holds {mapinfo.size}")
         gst_stream = _gst_stream_handle(mem)
         consumer = torch.cuda.current_stream(dev).cuda_stream
@@ -347,7 +352,7 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo, *, device: int
         planes = tuple(torch.as_tensor(CudaArrayView(cuda_array_interface(mapinfo.data, p)), device=dev)
                        for p in layouts)
         try:
-            yield RawFrame(fmt, info.width, info.height, planes, *colorimetry_of(info))
+            yield RawFrame(fmt, ff.width, ff.height, planes, *ff.colorimetry)
         finally:
             stream_wait(gst_stream, consumer, context)
     finally:

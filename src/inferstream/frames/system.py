@@ -34,12 +34,13 @@ class FrameFormat:
     strides: tuple[int, ...]
     offsets: tuple[int, ...]
     colorimetry: tuple[str, bool]
+    format_id: int  # the GstVideoFormat value (CUDA memory checks its own layout against it)
 
 
 def frame_format(info: GstVideo.VideoInfo) -> FrameFormat:
     n = info.finfo.n_planes
     return FrameFormat(info.finfo.name, info.width, info.height, tuple(info.stride[:n]), tuple(info.offset[:n]),
-                       colorimetry_of(info))
+                       colorimetry_of(info), int(info.finfo.format))
 
 
 def _layout(buf: Gst.Buffer, fmt: FrameFormat) -> tuple[list[int], list[int]]:

@@ -271,10 +271,10 @@ def _from_written(written: handoff.Written, unique_id: int | None) -> FrameMeta:
     names: dict[str, int] = {}
     labels = [names.setdefault(quark_name(q), len(names)) for q in written.label_quarks[:n]]
     angles = None if written.angles is None else written.angles[:n]
-    dets = Detections(
+    dets = Detections.trusted(  # the writer's checked fields, their first n rows
         boxes_xyxy=written.boxes_xyxy[:n],
         scores=written.scores[:n],
-        labels=torch.tensor(labels, dtype=torch.int64),
+        labels=torch.tensor(labels, dtype=torch.int64, device=written.boxes_xyxy.device),
         angles_rad=angles if angles is not None and bool((angles != 0).any()) else None,
     )
     present = frozenset() if written.producer is None else frozenset({written.producer})
