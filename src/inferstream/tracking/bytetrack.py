@@ -328,24 +328,17 @@ class ByteTrack:
         """Assemble the output; ``det_of_track`` is -1 for tracks whose box comes from ``boxes``, (cx, cy, w, h)
         rows [4, T] of the motion model."""
         t = self._tracks
-        shown_since = pts_ns - self.coast_ns
-        states: list[TrackState] = []
-        pred: list[int] = []  # tracks whose box is predicted, in their rows' order
-        # one pass in Python over the tracks, which need a TrackState each anyway; the table's order is id order
-        # for confirmed tracks (see _confirm)
-        for i, (track_id, first_ns, last_ns, lost, row) in enumerate(zip(
-                t.ids.tolist(), t.first_seen_ns.tolist(), t.last_seen_ns.tolist(), t.lost.tolist(),
-                det_of_track.tolist())):
-            # a track with a detection this frame is not lost, and on predict_only frames none has one
-            if track_id < 0 or (lost and last_ns < shown_since):
-                continue
-            predicted = row < 0
-            if predicted:
-                row = len(pred)
-                pred.append(i)
-            states.append(TrackState(track_id, first_ns, last_ns, lost, predicted, row))
-        return TrackResult(detections=dets, predicted=self._predicted(boxes, pred), tracks=tuple(states),
-                           ended_ids=ended)
+        # a track with a detection this frame is not lost, and on predict_only frames none has one
+        shown = (t.ids >= 0) & ~(t.lost & (t.last_seen_ns < pts_ns - self.coast_ns))
+        predicted = shown & (det_of_track < 0)
+        rows = np.where(predicted, predicted.cumsum() - 1, det_of_track)  # predicted boxes are numbered in order
+        sel = shown.nonzero()[0]
+        # the table's order is id order for confirmed tracks (see _confirm); the tuples are built in C
+        states = tuple(map(TrackState._make, zip(
+            t.ids[sel].tolist(), t.first_seen_ns[sel].tolist(), t.last_seen_ns[sel].tolist(), t.lost[sel].tolist(),
+            predicted[sel].tolist(), rows[sel].tolist())))
+        pred = predicted.nonzero()[0].tolist()
+        return TrackResult(detections=dets, predicted=self._predicted(boxes, pred), tracks=states, ended_ids=ended)
 
     def _predicted(self, boxes: FloatArray, tracks: list[int]) -> Detections:
         """``TrackResult.predicted`` for ``tracks`` (columns of the motion model's ``boxes`` [4, T])."""
