@@ -20,10 +20,10 @@ LABELS = "red,green,blue,red-b,green-b,blue-b,red-c,green-c,blue-c"
 STREAMS = [(0, 320, 240, "RGB"), (1, 400, 300, "BGRx"), (2, 256, 256, "NV12"), (3, 352, 288, "I420")]
 
 
-def _branch(k: int, w: int, h: int, fmt: str, extra: str = "") -> str:
+def _branch(k: int, w: int, h: int, fmt: str, extra: str = "", batch: int = 4) -> str:
     return (f"appsrc name=src{k} ! videoconvert ! video/x-raw,format={fmt} ! pyinfer name=inf{k} "
-            f"model=blobs:color_blob_detector model-family=yolo-end2end labels={LABELS} batch-group=g4 batch-size=4 max-latency=200 "
-            f"input-size=320 {extra} ! fakesink sync=false ")
+            f"model=blobs:color_blob_detector model-family=yolo-end2end labels={LABELS} batch-group=g{batch} "
+            f"batch-size={batch} max-latency=200 input-size=320 {extra} ! fakesink sync=false ")
 
 
 def _red_box(buf: Gst.Buffer) -> tuple[int, list[float] | None, int]:
@@ -41,10 +41,11 @@ def _feed_all(frames: dict[int, int]):  # noqa: ANN202
     return start
 
 
-@pytest.mark.parametrize("frames", [{0: 40, 1: 40, 2: 40, 3: 40}, {0: 8, 1: 40, 2: 40, 3: 40}],
-                         ids=["equal", "stream0-ends-early"])
-def test_batch_group_keeps_each_streams_boxes_on_its_stream(frames: dict[int, int]) -> None:
-    desc = " ".join(_branch(k, w, h, fmt) for k, w, h, fmt in STREAMS)
+@pytest.mark.parametrize(("frames", "batch"), [({0: 40, 1: 40, 2: 40, 3: 40}, 4), ({0: 8, 1: 40, 2: 40, 3: 40}, 4),
+                                               ({0: 40, 1: 40, 2: 40, 3: 40}, 2)],
+                         ids=["equal", "stream0-ends-early", "two-batches-in-flight"])
+def test_batch_group_keeps_each_streams_boxes_on_its_stream(frames: dict[int, int], batch: int) -> None:
+    desc = " ".join(_branch(k, w, h, fmt, batch=batch) for k, w, h, fmt in STREAMS)
     stats: list[dict] = []
     result = run_pipeline(desc, {f"inf{k}": _red_box for k, *_ in STREAMS}, timeout_s=120,
                           before_play=_feed_all(frames),
