@@ -207,3 +207,15 @@ def test_default_is_fast_on_cuda_only(images: list[np.ndarray], device: str) -> 
     assert out.device.type == device
     torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=1e-4)  # CUDA's float interpolation, not bit-exact
     _assert_same_letterbox(Letterbox(*(t.cpu() for t in (lb.scale_x, lb.scale_y, lb.pad_x, lb.pad_y))), lb_ref)
+
+
+def test_fast_path_converts_large_groups_in_chunks_with_the_same_result(
+    images: list[np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inferstream.ops.fast_letterbox as fast
+
+    frames = [_frame("NV12", np.roll(images[2], 40 * i, 1), "bt709") for i in range(5)]
+    whole, _ = preprocess_batch(frames, SIZE, "cpu", torch.float32, exact=False)
+    monkeypatch.setattr(fast, "MAX_CHUNK_PIXELS", 2 * frames[0].width * frames[0].height)  # chunks of 2, 2, 1
+    chunked, _ = preprocess_batch(frames, SIZE, "cpu", torch.float32, exact=False)
+    assert torch.equal(whole, chunked)

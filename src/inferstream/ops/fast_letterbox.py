@@ -12,7 +12,9 @@ float kernels, whatever its size:
 - YUV becomes RGB through ``color.yuv_affine``, clamped to [0, 255] and rounded to whole levels, as the exact
   path's bytes are; out-of-gamut pixels at sharp saturated edges are clamped before the resize, as there;
 - the RGB is resized with bilinear ``interpolate`` (half-pixel centres, no antialiasing: cv2's ``INTER_LINEAR``
-  geometry) straight to the letterboxed size and scaled by 1/255.
+  geometry) straight to the letterboxed size and scaled by 1/255;
+- groups larger than ``MAX_CHUNK_PIXELS`` of source are converted a chunk at a time, to bound the memory the
+  full-resolution RGB takes.
 
 Not bit-exact: videoconvert's integer terms become fitted lines (a level at most, on a few pixels) and cv2's fixed
 point resize becomes a float one; ``tests/ops/test_fast_letterbox.py`` pins the distance to the exact path.
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from inferstream.frames.raw import RawFrame
+
+
+MAX_CHUNK_PIXELS = 1920 * 1088 * 32
+"""Most source pixels converted at full resolution at once (YUV frames; their memory, not their number, counts)."""
 
 
 def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor) -> Tensor:
@@ -57,9 +63,14 @@ def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor) -> Tensor:
         rgb = gather_planes([colour_bytes(f)[0] for f in frames], out.device, out.dtype).permute(0, 3, 1, 2)
         rgb = F.interpolate(rgb, size=size, mode="bilinear", align_corners=False, antialias=False)
         return torch.mul(rgb.flip(1) if reversed_ else rgb, 1 / 255, out=out)
-    rgb = _full_resolution_rgb(frames, out.device, out.dtype)
-    rgb = F.interpolate(rgb, size=size, mode="bilinear", align_corners=False, antialias=False)
-    return torch.mul(rgb, 1 / 255, out=out)
+    # full-resolution RGB of the whole group would take ~12 bytes per source pixel at its peak: bound it by
+    # converting at most MAX_CHUNK_PIXELS of source frames at a time (32 frames of 1080p, 8 of 4K)
+    step = max(1, MAX_CHUNK_PIXELS // (first.width * first.height))
+    for start in range(0, len(frames), step):
+        rgb = _full_resolution_rgb(frames[start:start + step], out.device, out.dtype)
+        rgb = F.interpolate(rgb, size=size, mode="bilinear", align_corners=False, antialias=False)
+        torch.mul(rgb, 1 / 255, out=out[start:start + step])
+    return out
 
 
 def _full_resolution_rgb(frames: Sequence[RawFrame], device: torch.device, dtype: torch.dtype) -> Tensor:
