@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from inferstream.models.base import Decoder
 
 DEFAULT_INPUT_SIZE = (640, 640)
-_EXACT = {"auto": None, "exact": True, "fast": False}  # preprocess mode -> preprocess_batch(exact=...)
-PREPROCESS_MODES = tuple(_EXACT)
+# preprocess mode -> preprocess_batch(exact=..., resize_first=...)
+_PREPROCESS = {"auto": (None, False), "exact": (True, False), "fast": (False, False), "resize-first": (False, True)}
+PREPROCESS_MODES = tuple(_PREPROCESS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class Detector:
     def __init__(self, cfg: InferConfig) -> None:
         from inferstream.backends.loader import load_backend
 
-        if cfg.preprocess not in _EXACT:
+        if cfg.preprocess not in _PREPROCESS:
             raise ConfigError(f"preprocess={cfg.preprocess!r}: expected one of {list(PREPROCESS_MODES)}")
         self.cfg = cfg
         self.backend: Backend = load_backend(cfg.model, device=cfg.device, precision=cfg.precision,
@@ -133,8 +134,9 @@ class Detector:
         from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_xyxy
 
         with torch.inference_mode(), _on_stream(self._stream):
+            exact, resize_first = _PREPROCESS[self.cfg.preprocess]
             batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype,
-                                         exact=_EXACT[self.cfg.preprocess])
+                                         exact=exact, resize_first=resize_first)
             outputs = self.backend(batch)
             params = params or self.cfg.params
             if hasattr(self.decoder, "flat"):  # the built-in decoders: rows of the whole batch, split on the host

@@ -67,14 +67,17 @@ def test_pyinfer_every_vtest_frame_has_one_relation_meta_and_boxes_inside(vtest:
     assert sum(n for _, n, _ in seen) >= 3 * frames  # pedestrians are found on a typical frame
 
 
-def test_pyinfer_fast_preprocess_finds_the_exact_paths_pedestrians(vtest: Path, person_onnx: Path) -> None:
-    """preprocess=fast (the CUDA default: resize the NV12 planes, then convert) on the CPU: the real detector finds
-    the same people as with the bit-exact path: as many per frame, most boxes within 4 px (measured: 21 of 23; the
-    others are NMS picking a neighbouring candidate, 10-12 px away)."""
+@pytest.mark.parametrize(("mode", "min_share"), [("fast", 1.0), ("resize-first", 0.8)])
+def test_pyinfer_fast_preprocess_finds_the_exact_paths_pedestrians(vtest: Path, person_onnx: Path, mode: str,
+                                                                    min_share: float) -> None:
+    """preprocess=fast (the CUDA default: convert in float at full resolution, then resize) and resize-first
+    (resize the NV12 planes, then convert) on the CPU: the real detector finds the same people as with the
+    bit-exact path: as many per frame, boxes within 4 px (measured on these 6 frames: fast 23 of 23, resize-first
+    21 of 23, whose other two are NMS picking a neighbouring candidate, 10-12 px away)."""
     frames = 6
     desc = (f"filesrc location={vtest} ! decodebin ! videoconvert ! video/x-raw,format=NV12 ! tee name=t "
             f"t. ! queue ! pyinfer name=exact model={person_onnx} preprocess=exact ! fakesink "
-            f"t. ! queue ! pyinfer name=fast model={person_onnx} preprocess=fast ! fakesink")
+            f"t. ! queue ! pyinfer name=fast model={person_onnx} preprocess={mode} ! fakesink")
     pipeline_frames = frames + 1
     result = run_pipeline(desc.replace("decodebin !", f"decodebin ! identity eos-after={pipeline_frames} !"),
                           {"exact": labelled_boxes, "fast": labelled_boxes}, timeout_s=120)
@@ -86,7 +89,7 @@ def test_pyinfer_fast_preprocess_finds_the_exact_paths_pedestrians(vtest: Path, 
         for box in exact:
             if len(fast) and np.abs(fast - box).max(axis=1).min() <= 4:
                 matched += 1
-    assert total >= 3 * frames and matched >= 0.8 * total, (matched, total)
+    assert total >= 3 * frames and matched >= min_share * total, (matched, total)
 
 
 def test_objectdetectionoverlay_draws_pyinfer_boxes() -> None:

@@ -131,8 +131,9 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                          "and falls back to eager when capture fails; cuda-graph makes a failed capture an error; "
                          "off runs eagerly", GRAPH_MODES, "auto")
     preprocess = props.choice("Preprocess", "Colour conversion + letterbox: exact matches videoconvert + OpenCV "
-                              "bit for bit (integer arithmetic); fast converts in float, then resizes (a few "
-                              "levels off at most, many times cheaper on CUDA); auto: fast on CUDA, exact on CPU", PREPROCESS_MODES, "auto")
+                              "bit for bit; fast converts in float, then resizes (≤ 5 levels off, far cheaper on "
+                              "CUDA); resize-first resizes the YUV planes, then converts (cheapest; tens of levels "
+                              "off at saturated edges); auto: fast on CUDA, exact on CPU", PREPROCESS_MODES, "auto")
     batch_size = props.integer("Batch size", "Most frames per forward pass, collected across the batch-group",
                                1, 1, 256)
     batch_group = props.string("Batch group", "Instances with the same name share one model and batch their "

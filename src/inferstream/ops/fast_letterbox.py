@@ -41,13 +41,16 @@ MAX_CHUNK_PIXELS = 1920 * 1088 * 32
 """Most source pixels converted at full resolution at once (YUV frames; their memory, not their number, counts)."""
 
 
-def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor) -> Tensor:
+def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor, *, resize_first: bool = False) -> Tensor:
     """Resize a group of frames to ``out``'s size and write them there as RGB in [0, 1].
 
     Args:
         frames: G >= 1 frames with identical ``(format, width, height, matrix, full_range)``.
         out (Tensor[G, 3, h, w]): floating destination, e.g. a window of the letterbox canvas; it sets the size,
             device and dtype.
+        resize_first: YUV frames: resize the planes to ``out``'s size, then convert (no full-resolution pass at
+            all: the cheapest, but out-of-gamut pixels at sharp saturated edges are clamped after the resize,
+            tens of levels off the exact path there).
 
     Returns:
         ``out``, written in place.
@@ -63,6 +66,13 @@ def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor) -> Tensor:
         rgb = gather_planes([colour_bytes(f)[0] for f in frames], out.device, out.dtype).permute(0, 3, 1, 2)
         rgb = F.interpolate(rgb, size=size, mode="bilinear", align_corners=False, antialias=False)
         return torch.mul(rgb.flip(1) if reversed_ else rgb, 1 / 255, out=out)
+    if resize_first:
+        luma, chroma = _gather_yuv(frames, out.device, out.dtype)
+        luma = F.interpolate(luma, size=size, mode="bilinear", align_corners=False, antialias=False)
+        # chroma spans the frame's width / 2 x height / 2 (not its ceil): pass the scales, or odd sizes drift
+        chroma = torch.ops.aten.upsample_bilinear2d(chroma, size, False, 2 * size[0] / first.height,
+                                                    2 * size[1] / first.width)  # fmt: skip
+        return _yuv_to_rgb(luma, chroma, first, out).clamp_(0, 255).mul_(1 / 255)
     # full-resolution RGB of the whole group would take ~12 bytes per source pixel at its peak: bound it by
     # converting at most MAX_CHUNK_PIXELS of source frames at a time (32 frames of 1080p, 8 of 4K)
     step = max(1, MAX_CHUNK_PIXELS // (first.width * first.height))
@@ -77,22 +87,33 @@ def _full_resolution_rgb(frames: Sequence[RawFrame], device: torch.device, dtype
     """A group of YUV 4:2:0 frames as RGB ``[G, 3, H, W]`` in whole levels 0..255, ``dtype`` on ``device``."""
     first = frames[0]
     full = (first.height, first.width)
-    luma = gather_planes([f.planes[0] for f in frames], device, dtype).unsqueeze(1)
-    if first.format == "NV12":  # [G, 2, h/2, w/2], channels last
-        chroma = gather_planes([f.planes[1] for f in frames], device, dtype).permute(0, 3, 1, 2)
-    else:  # U of every frame, then V of every frame: [2G, 1, h/2, w/2]
-        planes = [f.planes[1] for f in frames] + [f.planes[2] for f in frames]
-        chroma = gather_planes(planes, device, dtype).unsqueeze(1)
+    luma, chroma = _gather_yuv(frames, device, dtype)
     # the plane spans ceil(h / 2) rows: pass the scale (2), or odd sizes drift
     if first.format in NEAREST_CHROMA:
         chroma = torch.ops.aten.upsample_nearest2d(chroma, full, 2.0, 2.0)
     else:
         chroma = torch.ops.aten.upsample_bilinear2d(chroma, full, False, 2.0, 2.0)
-    g = len(frames)
+    return _yuv_to_rgb(luma, chroma, first).clamp_(0, 255).round_()
+
+
+def _gather_yuv(frames: Sequence[RawFrame], device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Luma ``[G, 1, H, W]`` and chroma (NV12: ``[G, 2, h/2, w/2]``; I420: every U, then every V,
+    ``[2G, 1, h/2, w/2]``) of a group, cast to ``dtype`` on ``device``."""
+    luma = gather_planes([f.planes[0] for f in frames], device, dtype).unsqueeze(1)
+    if frames[0].format == "NV12":  # channels last in memory
+        return luma, gather_planes([f.planes[1] for f in frames], device, dtype).permute(0, 3, 1, 2)
+    planes = [f.planes[1] for f in frames] + [f.planes[2] for f in frames]
+    return luma, gather_planes(planes, device, dtype).unsqueeze(1)
+
+
+def _yuv_to_rgb(luma: Tensor, chroma: Tensor, first: RawFrame, out: Tensor | None = None) -> Tensor:
+    """``color.yuv_affine`` of same-sized luma and chroma (``_gather_yuv``'s layouts) as RGB [G, 3, h, w] (into
+    ``out`` when given), in levels, not clamped."""
+    g = luma.shape[0]
     u, v = (chroma[:, 0:1], chroma[:, 1:2]) if first.format == "NV12" else (chroma[:g], chroma[g:])
-    ky, ku, kv, bias = _affine(first.matrix, first.full_range, device, dtype)
-    rgb = torch.add(bias, luma, alpha=ky)
-    return rgb.addcmul_(u, ku).addcmul_(v, kv).clamp_(0, 255).round_()
+    ky, ku, kv, bias = _affine(first.matrix, first.full_range, luma.device, luma.dtype)
+    rgb = torch.add(bias, luma, alpha=ky) if out is None else torch.add(bias, luma, alpha=ky, out=out)
+    return rgb.addcmul_(u, ku).addcmul_(v, kv)
 
 
 def gather_planes(planes: Sequence[Tensor], device: torch.device, dtype: torch.dtype) -> Tensor:

@@ -74,6 +74,7 @@ def preprocess_batch(
     dtype: torch.dtype,
     *,
     exact: bool | None = None,
+    resize_first: bool = False,
 ) -> tuple[Tensor, Letterbox]:
     """Colour-convert, resize and letterbox a batch of frames into one model input.
 
@@ -87,7 +88,10 @@ def preprocess_batch(
         dtype: floating dtype of the result.
         exact: True: convert at full resolution, then resize, bit-exact to videoconvert + cv2 (see above).
             False: convert in float at full resolution, then resize (``fast_letterbox``: a fixed number of
-            kernels per group, not bit-exact). None: exact unless ``device`` is CUDA, where the exact path costs more than most models.
+            kernels per group, not bit-exact). None: exact unless ``device`` is CUDA, where the exact path costs
+            more than most models.
+        resize_first: with the fast path, resize YUV planes before converting them (``fast_letterbox``'s
+            cheapest mode, tens of levels off at saturated edges).
 
     Returns:
         ``(batch, letterbox)``: ``Tensor[B, 3, H, W]`` RGB in [0, 1] (padding 114/255) and the per-frame transform.
@@ -117,9 +121,10 @@ def preprocess_batch(
         if exact:
             out[window] = _resize(to_rgb_nchw(group, device), new_h, new_w).to(dtype).div_(255)  # as ultralytics
         elif adjacent:
-            resize_rgb_into(group, out[window])  # straight into the canvas
+            resize_rgb_into(group, out[window], resize_first=resize_first)  # straight into the canvas
         else:
-            out[window] = resize_rgb_into(group, out.new_empty((len(idx), 3, new_h, new_w)))
+            out[window] = resize_rgb_into(group, out.new_empty((len(idx), 3, new_h, new_w)),
+                                          resize_first=resize_first)
         for i in idx:
             geometry[4 * i : 4 * i + 4] = (new_w / w, new_h / h, float(left), float(top))
     # on the host: boxes are mapped back there after their one copy (a device copy here would cost a GIL hand-off)
