@@ -274,7 +274,7 @@ class ByteTrack:
                                      track_of_det, det_of_track)
         if self.recover_sigmas > 0 and free_confirmed and free_high:
             def reach(rows: IntArray, cols: IntArray) -> FloatArray:
-                pairs = np.repeat(rows, len(cols)), np.tile(cols, len(rows))
+                pairs = rows.repeat(len(cols)), cols[None].repeat(len(rows), 0).ravel()  # np.tile, minus its wrapper
                 gate = self._allowed(t, z, labels, *pairs).reshape(len(rows), len(cols))
                 slack = self.recover_sigmas * np.sqrt(t.states[VAR][:2, rows].T)  # of the centre, [R, 2]
                 return slack_iou_matrix(t.states[POS][:, rows].T, slack, z[:, cols].T) * gate
@@ -351,7 +351,7 @@ class ByteTrack:
 
         # oriented: the filter follows the envelope; the unrotated box keeps its latest size around that centre
         box = np.concatenate([boxes[:2, pred], t.sizes[:, pred]]) if self._oriented else boxes[:, pred]
-        return Detections(
+        return Detections.trusted(  # built here with the dtypes and rows checked Detections have
             boxes_xyxy=as_tensor(cxcywh_to_xyxy(box.T), torch.float32),
             scores=as_tensor(t.scores[pred], torch.float32),
             labels=as_tensor(t.labels[pred], torch.int64),

@@ -105,9 +105,10 @@ def slack_iou_matrix(boxes1_cxcywh: FloatArray, slack1_xy: FloatArray, boxes2_cx
     b1 = np.asarray(boxes1_cxcywh, dtype=np.float64).reshape(-1, 4)
     b2 = np.asarray(boxes2_cxcywh, dtype=np.float64).reshape(-1, 4)
     slack = np.asarray(slack1_xy, dtype=np.float64).reshape(-1, 2)
+    # ufuncs rather than np.clip: its Python wrapper costs more than the arithmetic at tens of boxes
     offset = np.maximum(np.abs(b1[:, None, :2] - b2[None, :, :2]) - slack[:, None, :], 0.0)  # [N, M, 2]
-    size1, size2 = np.clip(b1[:, None, 2:], 0, None), np.clip(b2[None, :, 2:], 0, None)
-    overlap = np.clip((size1 + size2) / 2 - offset, 0.0, np.minimum(size1, size2))  # [N, M, 2]
+    size1, size2 = np.maximum(b1[:, None, 2:], 0.0), np.maximum(b2[None, :, 2:], 0.0)
+    overlap = np.maximum(np.minimum((size1 + size2) / 2 - offset, np.minimum(size1, size2)), 0.0)  # [N, M, 2]
     inter = overlap[..., 0] * overlap[..., 1]
     union = size1[..., 0] * size1[..., 1] + size2[..., 0] * size2[..., 1] - inter
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
