@@ -382,10 +382,10 @@ class _InferJob:
         if el._cuda_memory:
             from inferstream.frames.cuda import mapped_cuda_frames
 
-            return mapped_cuda_frames(self.buf, el._frame_format or el._info, device=el._cuda_index)
+            return mapped_cuda_frames(self.buf, el._frame_format, device=el._cuda_index)
         from inferstream.frames.system import mapped_frame
 
-        return mapped_frame(self.buf, el._frame_format or el._info)
+        return mapped_frame(self.buf, el._frame_format)
 
     def deliver(self, dets: Detections, detector: Detector) -> None:
         from inferstream.meta.gstanalytics import write_detections

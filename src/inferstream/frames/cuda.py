@@ -323,9 +323,9 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
     """
     import torch
 
-    from inferstream.frames.system import FrameFormat, frame_format
+    from inferstream.frames.system import as_frame_format
 
-    ff = info if isinstance(info, FrameFormat) else frame_format(info)
+    ff = as_frame_format(info)
     fmt = ff.name
     if fmt not in _N_PLANES:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported on CUDA memory; use one of "

@@ -43,6 +43,11 @@ def frame_format(info: GstVideo.VideoInfo) -> FrameFormat:
                        colorimetry_of(info), int(info.finfo.format))
 
 
+def as_frame_format(info: GstVideo.VideoInfo | FrameFormat) -> FrameFormat:
+    """``info`` as a FrameFormat: the mapping functions take either (elements keep the FrameFormat per caps)."""
+    return info if isinstance(info, FrameFormat) else frame_format(info)
+
+
 def _layout(buf: Gst.Buffer, fmt: FrameFormat) -> tuple[list[int], list[int]]:
     """Plane strides and offsets: the buffer's own video meta wins (upstream may pad rows), else the caps'."""
     vmeta = GstVideo.buffer_get_video_meta(buf)
@@ -99,7 +104,7 @@ def mapped_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, writab
     ``info``: the caps' VideoInfo, or its ``frame_format`` (kept per caps by elements that map every frame).
     ``writable`` maps READ|WRITE (the buffer must be writable, as in ``do_transform_ip``) so the views can be drawn on.
     """
-    fmt = info if isinstance(info, FrameFormat) else frame_format(info)
+    fmt = as_frame_format(info)
     strides, offsets = _layout(buf, fmt)
     flags = Gst.MapFlags.READ | Gst.MapFlags.WRITE if writable else Gst.MapFlags.READ
     with buf.map(flags) as mapinfo:
