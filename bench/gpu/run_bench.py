@@ -265,15 +265,16 @@ class Bench:
 
     def pipelines(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        stalled: set[tuple[bool, bool]] = set()
+        stalled: dict[tuple[bool, bool, bool], int] = {}  # (download, tracker, in_stream) -> fewest streams timed out
         for n, download, batch_arg, tracker, in_stream in self._sweep():
             key = f"n{n}-{'download' if download else 'cuda'}" + (f"-b{batch_arg}" if batch_arg else "") + \
                 ("" if tracker else "-notrack") + ("-instream" if in_stream else "")
             if self.over_budget(reserve_s=self.args.reserve_s):
                 out[key] = {"skipped": "time budget"}
                 continue
-            if (download, tracker) in stalled:
-                out[key] = {"skipped": "fewer streams already timed out"}
+            kind = (download, tracker, in_stream)
+            if n >= stalled.get(kind, n + 1):
+                out[key] = {"skipped": "as many streams or fewer already timed out"}
                 continue
             batch = batch_arg or min(n, MAX_BATCH)
             clip, per_stream = (self.mid_clip, self.args.profile_frames) if self.args.sweep_clip == "mid" else \
@@ -287,7 +288,7 @@ class Bench:
                        tracker=tracker and ("in its thread" if in_stream else "in the batch"),
                        frames_per_stream=per_stream)
             if "timeout" in str(res.get("error")):
-                stalled.add((download, tracker))
+                stalled[kind] = min(n, stalled.get(kind, n))
             out[key] = res
             print(f"    {key}: {json.dumps(res)}", flush=True)
         return out
