@@ -16,6 +16,9 @@ float kernels, whatever its size:
 - groups larger than ``MAX_CHUNK_PIXELS`` of source are converted a chunk at a time, to bound the memory the
   full-resolution RGB takes.
 
+On CUDA, YUV frames already on the device take ``fused_letterbox``'s kernel instead: the same definition computed
+per output pixel in one pass, no full-resolution intermediate at all.
+
 Not bit-exact: videoconvert's integer terms become fitted lines (a level at most, on a few pixels) and cv2's fixed
 point resize becomes a float one; ``tests/ops/test_fast_letterbox.py`` pins the distance to the exact path.
 """
@@ -30,6 +33,7 @@ import torch.nn.functional as F
 
 from inferstream.frames.raw import PLANAR_FORMATS
 from inferstream.ops.color import NEAREST_CHROMA, check_group, colour_bytes, yuv_affine
+from inferstream.ops.fused_letterbox import letterbox_yuv420_into
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -73,6 +77,8 @@ def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor, *, resize_first: bo
         chroma = torch.ops.aten.upsample_bilinear2d(chroma, size, False, 2 * size[0] / first.height,
                                                     2 * size[1] / first.width)  # fmt: skip
         return _yuv_to_rgb(luma, chroma, first, out).clamp_(0, 255).mul_(1 / 255)
+    if out.is_cuda and letterbox_yuv420_into(frames, out):  # the same in one kernel, reading the planes in place
+        return out
     # full-resolution RGB of the whole group would take ~12 bytes per source pixel at its peak: bound it by
     # converting at most MAX_CHUNK_PIXELS of source frames at a time (32 frames of 1080p, 8 of 4K)
     step = max(1, MAX_CHUNK_PIXELS // (first.width * first.height))
