@@ -52,8 +52,8 @@ def check_correctness(bench: Bench) -> dict[str, Any]:
 
     orig_pre, orig_call = letterbox.preprocess_batch, TorchBackend.__call__
 
-    def pre(frames: Any, size: Any, device: Any, dtype: Any, exact: bool | None = None) -> Any:
-        batch, lb = orig_pre(frames, size, device, dtype, exact=exact)
+    def pre(frames: Any, size: Any, device: Any, dtype: Any, exact: bool | None = None, **options: Any) -> Any:
+        batch, lb = orig_pre(frames, size, device, dtype, exact=exact, **options)
         if recording["on"] and not exact:  # the default path of each device (the GPU's exact branch aside)
             inputs[torch.device(device).type].append(batch.cpu().clone())
         return batch, lb

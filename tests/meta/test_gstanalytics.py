@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gi
+import pytest
 import torch
 
 gi.require_version("Gst", "1.0")
@@ -19,6 +20,19 @@ from inferstream.meta.gstanalytics import (  # noqa: E402
 )
 
 Gst.init(None)
+
+
+@pytest.fixture(autouse=True, params=["compiled loops", "python loops"])
+def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with the compiled per-frame loops and with the Python ones they replace where no C compiler
+    exists."""
+    from inferstream.meta import _analytics_c, gstanalytics
+
+    if request.param == "python loops":
+        monkeypatch.setattr(gstanalytics, "loops", lambda: None)
+    elif _analytics_c.loops() is None:
+        pytest.skip("no C compiler here")
+    return str(request.param)
 
 
 def _dets(oriented: bool = False) -> Detections:
@@ -103,3 +117,46 @@ def test_read_detections_reads_metadata_written_through_pygobject() -> None:
     only_three = read_detections(buf, unique_id=3)
     assert only_three is not None and only_three.od_ids == (od_b.id,)
 
+
+
+def _dump(buf: Gst.Buffer) -> list[tuple[object, ...]]:
+    """Every mtd of the buffer's relation meta through PyGObject: type, values and relations."""
+    rmeta = GstAnalytics.buffer_get_analytics_relation_meta(buf)
+    out: list[tuple[object, ...]] = []
+    for m in rmeta:
+        if isinstance(m, GstAnalytics.ODMtd):
+            values: tuple[object, ...] = ("od", GLib.quark_to_string(m.get_obj_type()),
+                                          *m.get_oriented_location()[1:6], round(m.get_oriented_location()[6], 6))
+        elif isinstance(m, GstAnalytics.TrackingMtd):
+            values = ("track", *m.get_info()[1:])
+        else:
+            values = ("cls", GLib.quark_to_string(m.get_quark(0)))
+        related = tuple(rmeta.get_relation(m.id, other.id) for other in rmeta)
+        out.append((m.id, *values, related))
+    return out
+
+
+@pytest.mark.parametrize("oriented", [False, True])
+def test_compiled_and_python_loops_write_the_same_metadata(oriented: bool, writer: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferstream.meta import gstanalytics
+
+    if writer != "compiled loops":
+        pytest.skip("compares the compiled loops with the Python ones")
+    g = torch.Generator().manual_seed(3)
+    xy, wh = torch.rand(25, 2, generator=g) * 1800, torch.rand(25, 2, generator=g) * 90 + 1
+    dets = Detections(boxes_xyxy=torch.cat([xy, xy + wh], 1), scores=torch.rand(25, generator=g),
+                      labels=torch.randint(0, 3, (25,), generator=g),
+                      angles_rad=torch.rand(25, generator=g) if oriented else None)
+    quarks = label_quarks(["a", "b", "c"])
+
+    def write() -> Gst.Buffer:
+        buf = Gst.Buffer.new_allocate(None, 16, None)
+        ids = write_detections(buf, dets, quarks, producer_quark(4))
+        write_tracks(buf, [TrackRecord(od, 100 + i, 10 * i, 10 * i + 5, i % 3 == 0) for i, od in enumerate(ids)])
+        return buf
+
+    first = _dump(write())
+    monkeypatch.setattr(gstanalytics, "loops", lambda: None)
+    assert first == _dump(write()) and len(first) == 25 + 1 + 25
+    assert sum(1 for m in first if m[1] == "track" and m[-2]) == 9  # lost flags: rows 0, 3, ..., 24

@@ -1,7 +1,7 @@
 """The fused CUDA letterbox kernel (``ops.fused_letterbox``) against ``fast_letterbox``'s torch ops on the CPU.
 
-Same definition, float32 arithmetic in both (the torch ops round to the canvas dtype between steps when it is
-fp16), so they agree within a level; the torch ops' distance to the exact path is pinned in
+Same definition, compared in float32 (the torch ops round every intermediate to the canvas dtype when it is fp16,
+the kernel only its output), so they agree within a level; the torch ops' distance to the exact path is pinned in
 ``test_fast_letterbox.py``. Synthetic scenes (gradients, noise, saturated blocks with sharp edges: the pixels where
 clamping matters), so the test needs no data files on the GPU machine.
 """
@@ -58,9 +58,14 @@ def test_kernel_matches_the_torch_ops_within_a_level(
     canvas = torch.zeros((3, 3, 360, 640), dtype=dtype, device="cuda")
     assert letterbox_yuv420_into(gpu_frames, canvas)  # the kernel applies: it is what preprocess_batch runs here
     gpu, _ = preprocess_batch(gpu_frames, (640, 640), "cuda", dtype, exact=False)
-    cpu, _ = preprocess_batch(frames, (640, 640), "cpu", dtype, exact=False)
+    # the reference in float32: in fp16 the torch ops round every intermediate (up to 1.25 levels off the kernel)
+    cpu, _ = preprocess_batch(frames, (640, 640), "cpu", torch.float32, exact=False)
     mean, worst = _levels(gpu, cpu)
-    assert mean < (0.01 if dtype == torch.float32 else 0.1) and worst <= 1.01, (mean, worst)
+    # one level where a full-resolution pixel rounds the other way; fp16 adds its own rounding (0.06 level at most)
+    if dtype == torch.float32:
+        assert mean < 0.01 and worst <= 1.01, (mean, worst)
+    else:
+        assert mean < 0.04 and worst <= 1.07, (mean, worst)
 
 
 def test_kernel_reads_each_frame_at_its_own_pitch() -> None:

@@ -80,3 +80,88 @@ def quark_name(quark: int) -> str:
 def quark(name: str) -> int:
     """``g_quark_from_string``: only for bounded sets of strings (labels), quarks are never freed."""
     return int(analytics().glib.g_quark_from_string(name.encode()))
+
+
+# -- the per-frame loops in C (``cnative``): one call per frame instead of two per box --------------------------
+
+_LOOPS_SOURCE = r"""
+typedef struct { unsigned int id; void *meta; } Mtd;  /* GstAnalyticsMtd */
+typedef struct {  /* GstAnalytics functions, handed over from the library gi loaded: nothing to link */
+    int (*add_od)(void *, unsigned int, int, int, int, int, float, Mtd *);
+    int (*add_oriented_od)(void *, unsigned int, int, int, int, int, float, float, Mtd *);
+    int (*add_one_cls)(void *, float, unsigned int, Mtd *);
+    int (*set_relation)(void *, int, unsigned int, unsigned int);
+    int (*add_tracking)(void *, unsigned long long, unsigned long long, Mtd *);
+    int (*update_last_seen)(Mtd *, unsigned long long);
+    int (*set_lost)(Mtd *);
+} Api;
+
+/* n ODMtds (oriented when angles is not NULL) into ids; then, for a producer quark other than 0, one ClsMtd that
+   CONTAINs each of them. Returns -1, or the row whose ODMtd failed (n: the ClsMtd). */
+int write_ods(const Api *api, void *rmeta, int n, const unsigned int *quarks, const int *xywh,
+              const float *scores, const float *angles, unsigned int producer, int contain, unsigned int *ids)
+{
+    Mtd mtd;
+    for (int i = 0; i < n; ++i) {
+        const int *b = xywh + 4 * i;
+        int ok = angles ? api->add_oriented_od(rmeta, quarks[i], b[0], b[1], b[2], b[3], angles[i], scores[i], &mtd)
+                        : api->add_od(rmeta, quarks[i], b[0], b[1], b[2], b[3], scores[i], &mtd);
+        if (!ok) return i;
+        ids[i] = mtd.id;
+    }
+    if (producer) {
+        if (!api->add_one_cls(rmeta, 1.0f, producer, &mtd)) return n;
+        for (int i = 0; i < n; ++i) api->set_relation(rmeta, contain, mtd.id, ids[i]);
+    }
+    return -1;
+}
+
+/* n TrackingMtds, each RELATE_TO from its ODMtd. Returns -1, or the row that failed. */
+int write_tracks(const Api *api, void *rmeta, int n, const unsigned int *od_ids, const unsigned long long *track_ids,
+                 const unsigned long long *first_seen, const unsigned long long *last_seen,
+                 const unsigned char *lost, int relate_to)
+{
+    Mtd mtd;
+    for (int i = 0; i < n; ++i) {
+        if (!api->add_tracking(rmeta, track_ids[i], first_seen[i], &mtd)) return i;
+        api->update_last_seen(&mtd, last_seen[i]);
+        if (lost[i]) api->set_lost(&mtd);
+        api->set_relation(rmeta, relate_to, od_ids[i], mtd.id);
+    }
+    return -1;
+}
+"""
+_LOOP_API = ("gst_analytics_relation_meta_add_od_mtd", "gst_analytics_relation_meta_add_oriented_od_mtd",
+             "gst_analytics_relation_meta_add_one_cls_mtd", "gst_analytics_relation_meta_set_relation",
+             "gst_analytics_relation_meta_add_tracking_mtd", "gst_analytics_tracking_mtd_update_last_seen",
+             "gst_analytics_tracking_mtd_set_lost")
+
+
+class _LoopApi(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in _LOOP_API]
+
+
+@dataclass(frozen=True)
+class Loops:
+    """``write_ods`` / ``write_tracks`` of ``_LOOPS_SOURCE`` (array arguments as addresses), and the function table
+    they take first."""
+
+    write_ods: ctypes._CFuncPtr  # type: ignore[name-defined]
+    write_tracks: ctypes._CFuncPtr  # type: ignore[name-defined]
+    api: ctypes._CArgObject  # type: ignore[name-defined]
+
+
+@functools.cache
+def loops() -> Loops | None:
+    """The compiled loops, or None where no C compiler could build them (the callers loop in Python)."""
+    from inferstream.cnative import load_c
+
+    lib = load_c("inferstream_analytics_loops", _LOOPS_SOURCE)
+    if lib is None:
+        return None
+    vp, i, u = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+    bind(lib, [("write_ods", i, (vp, vp, i, vp, vp, vp, vp, u, i, vp)),
+               ("write_tracks", i, (vp, vp, i, vp, vp, vp, vp, vp, i))])
+    gst = analytics().lib
+    table = _LoopApi(*(ctypes.cast(getattr(gst, name), ctypes.c_void_p).value for name in _LOOP_API))
+    return Loops(lib.write_ods, lib.write_tracks, ctypes.byref(table))

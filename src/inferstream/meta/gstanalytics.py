@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from inferstream.errors import MetaWriteError
 from inferstream.gstnative import buffer_address
 from inferstream.meta import handoff
-from inferstream.meta._analytics_c import REL_CONTAIN, REL_RELATE_TO, Mtd, analytics, quark, quark_name
+from inferstream.meta._analytics_c import REL_CONTAIN, REL_RELATE_TO, Loops, Mtd, analytics, loops, quark, quark_name
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     from gi.repository import Gst
+    from torch import Tensor
 
     from inferstream.detections import Detections
 
@@ -64,6 +67,54 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int],
     fresh = lib.gst_analytics_relation_get_length(rmeta) == 0
     # ODMtd holds whole pixels: round the edges (not x and w separately) so each edge is off by at most 0.5 px
     edges = dets.boxes_xyxy.round()
+    native = loops()
+    if native is not None:
+        ids, row_quarks, first_box = _write_ods_native(native, rmeta, edges, dets, quarks, producer)
+    else:
+        ids, row_quarks, first_box = _write_ods(lib, rmeta, edges, dets, quarks, producer)
+    if fresh:  # all a read would find: leave it for the next reader (handoff)
+        handoff.leave(buffer_address(buf), handoff.Written(
+            rmeta, lib.gst_analytics_relation_get_length(rmeta), buf.pts, edges, dets.scores, dets.angles_rad,
+            row_quarks, ids, None if producer is None else _producer_id(producer), first_box))
+    return ids
+
+
+_OdsWritten = tuple[list[int], list[int], "tuple[int, int, int, int] | None"]  # ODMtd ids, quark per row, first box
+
+
+def _write_ods_native(native: Loops, rmeta: int, edges: Tensor, dets: Detections, quarks: Sequence[int],
+                      producer: int | None) -> _OdsWritten:
+    """``write_detections``' ODMtds (and producer record) in one call of the compiled loop."""
+    import numpy as np
+
+    xyxy = edges.numpy().astype(np.int32)
+    xywh = xyxy.copy()
+    np.subtract(xyxy[:, 2:], xyxy[:, :2], out=xywh[:, 2:])
+    row_quarks = _quark_array(tuple(quarks))[dets.labels.numpy()]
+    scores = np.ascontiguousarray(dets.scores.numpy(), dtype=np.float32)
+    angles = None if dets.angles_rad is None else np.ascontiguousarray(dets.angles_rad.numpy(), dtype=np.float32)
+    n = len(scores)
+    ids = np.empty(n, dtype=np.uint32)
+    failed = native.write_ods(native.api, rmeta, n, row_quarks.ctypes.data, xywh.ctypes.data, scores.ctypes.data,
+                              None if angles is None else angles.ctypes.data, producer or 0, REL_CONTAIN,
+                              ids.ctypes.data)
+    if failed == n:
+        raise MetaWriteError("add_one_cls_mtd failed for the producer record")
+    if failed >= 0:
+        raise MetaWriteError(f"add_od_mtd failed for label {int(dets.labels[failed])}")
+    return ids.tolist(), row_quarks.tolist(), tuple(xywh[0].tolist()) if n else None
+
+
+@functools.lru_cache(maxsize=64)
+def _quark_array(quarks: tuple[int, ...]) -> npt.NDArray[np.uint32]:
+    import numpy as np
+
+    return np.array(quarks, dtype=np.uint32)
+
+
+def _write_ods(lib: ctypes.PyDLL, rmeta: int, edges: Tensor, dets: Detections, quarks: Sequence[int],
+               producer: int | None) -> _OdsWritten:
+    """``write_detections``' ODMtds (and producer record) call by call, where the loop could not be compiled."""
     boxes = [(x, y, x2 - x, y2 - y) for x, y, x2, y2 in edges.int().tolist()]
     scores, labels = dets.scores.tolist(), dets.labels.tolist()
     angles = None if dets.angles_rad is None else dets.angles_rad.tolist()
@@ -89,12 +140,7 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int],
         relate = lib.gst_analytics_relation_meta_set_relation
         for od_id in ids:
             relate(rmeta, REL_CONTAIN, cls.id, od_id)
-    if fresh:  # all a read would find: leave it for the next reader (handoff)
-        handoff.leave(buffer_address(buf), handoff.Written(
-            rmeta, lib.gst_analytics_relation_get_length(rmeta), buf.pts, edges, dets.scores, dets.angles_rad,
-            [quarks[label] for label in labels], ids, None if producer is None else _producer_id(producer),
-            boxes[0] if boxes else None))
-    return ids
+    return ids, [quarks[label] for label in labels], boxes[0] if boxes else None
 
 
 @functools.lru_cache(maxsize=256)
@@ -121,15 +167,27 @@ def write_tracks(buf: Gst.Buffer, records: Sequence[TrackRecord]) -> None:
         return
     lib = analytics().lib
     rmeta = _relation_meta(buf)
+    native = loops()
+    if native is not None:
+        import numpy as np
+
+        od_ids, track_ids, first_seen, last_seen, lost = zip(*records)
+        arrays = (np.array(od_ids, dtype=np.uint32), np.array(track_ids, dtype=np.uint64),
+                  np.array(first_seen, dtype=np.uint64), np.array(last_seen, dtype=np.uint64),
+                  np.array(lost, dtype=np.uint8))
+        failed = native.write_tracks(native.api, rmeta, len(records), *(a.ctypes.data for a in arrays), REL_RELATE_TO)
+        if failed >= 0:
+            raise MetaWriteError(f"add_tracking_mtd failed for track {records[failed].track_id}")
+        return
     trk = Mtd()
     ref = ctypes.byref(trk)
-    add, last_seen = lib.gst_analytics_relation_meta_add_tracking_mtd, lib.gst_analytics_tracking_mtd_update_last_seen
+    add, last_seen_fn = lib.gst_analytics_relation_meta_add_tracking_mtd, lib.gst_analytics_tracking_mtd_update_last_seen
     set_lost, relate = lib.gst_analytics_tracking_mtd_set_lost, lib.gst_analytics_relation_meta_set_relation
-    for od_id, track_id, first_seen_ns, last_seen_ns, lost in records:
+    for od_id, track_id, first_seen_ns, last_seen_ns, is_lost in records:
         if not add(rmeta, track_id, first_seen_ns, ref):
             raise MetaWriteError(f"add_tracking_mtd failed for track {track_id}")
-        last_seen(ref, last_seen_ns)
-        if lost:
+        last_seen_fn(ref, last_seen_ns)
+        if is_lost:
             set_lost(ref)
         relate(rmeta, REL_RELATE_TO, od_id, trk.id)
 
