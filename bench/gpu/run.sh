@@ -7,7 +7,8 @@
 # device tool brings back at most 8). Prints the test summary and the result table last (the reply keeps the tail).
 # Knobs: SKIP_TESTS=1, TEST_TIMEOUT (s, default 150), BENCH_TIMEOUT (s, default 330); CALIBRATE=1 also runs the
 # CPU benches there (calib.txt: how this host's cores compare with the dev machine's); GIL_PROFILE=1 samples a
-# 32-stream pipeline with py-spy (gil.md; carry its wheel in .gpu-carry/wheels, see bench/gpu/README.md).
+# 32-stream pipeline with py-spy (gil.md; GIL_SWEEP picks the pipeline, default 32; carry the py-spy wheel in
+# .gpu-carry/wheels, see bench/gpu/README.md).
 set -uo pipefail
 OUT=${1:?usage: bench/gpu/run.sh OUT [run_bench.py arguments]}
 shift
@@ -40,7 +41,7 @@ fi
 if [ "${GIL_PROFILE:-0}" = 1 ]; then
   python -m pip install -q --no-index .gpu-carry/wheels/py_spy-*.whl > /dev/null 2>&1
   timeout 120 py-spy record --gil -r 250 -f raw -o /tmp/gil.raw -- python bench/gpu/run_bench.py --out /tmp \
-    --phases clips,pipelines --sweep 32 > /tmp/gil.log 2>&1
+    --phases clips,pipelines --sweep "${GIL_SWEEP:-32}" > /tmp/gil.log 2>&1
   python bench/gil_profile.py /tmp/gil.raw --focus do_transform_ip > "$OUT/gil.md" 2>&1 || tail -5 /tmp/gil.log
   echo "run.sh: GIL profile done at $((SECONDS - T0)) s"
 fi

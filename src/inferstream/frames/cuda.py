@@ -257,6 +257,15 @@ def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[list[int], l
     return list(minfo.stride[:n]), list(minfo.offset[:n])
 
 
+@functools.lru_cache(maxsize=64)
+def _layouts(fmt: str, width: int, height: int, strides: tuple[int, ...],
+             offsets: tuple[int, ...]) -> tuple[tuple[PlaneLayout, ...], int]:
+    """``plane_layouts`` and ``frame_nbytes``, worked out once per layout: a decoder's pool hands out one or two,
+    and building them took a tenth of a frame's mapping."""
+    layouts = plane_layouts(fmt, width, height, strides, offsets)
+    return layouts, frame_nbytes(layouts)
+
+
 def _gst_stream_handle(mem: int) -> int:
     """The ``CUstream`` GStreamer queues the memory's work on (0: the legacy default stream)."""
     nat = _native()
@@ -337,13 +346,13 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
     if mem_ctx != torch_context_handle(dev.index):
         raise CudaContextMismatchError(mismatch_message(mem_ctx, torch_context_handle(dev.index), dev.index))
     strides, offsets = _memory_layout(cmem, ff)
-    layouts = plane_layouts(fmt, ff.width, ff.height, strides, offsets)
+    layouts, nbytes = _layouts(fmt, ff.width, ff.height, tuple(strides), tuple(offsets))
     mapinfo = GstMapInfoC()
     if not _native().gst.gst_memory_map(mem, ctypes.byref(mapinfo), GST_MAP_READ | GST_MAP_CUDA):
         raise RuntimeError("gst_memory_map(GST_MAP_READ | GST_MAP_CUDA) failed")
     try:
-        if frame_nbytes(layouts) > mapinfo.size:
-            raise UnsupportedFormatError(f"{fmt} {ff.width}x{ff.height}: planes need {frame_nbytes(layouts)} "
+        if nbytes > mapinfo.size:
+            raise UnsupportedFormatError(f"{fmt} {ff.width}x{ff.height}: planes need {nbytes} "
                                          f"bytes, the CUDA memory holds {mapinfo.size}")
         gst_stream = _gst_stream_handle(mem)
         consumer = torch.cuda.current_stream(dev).cuda_stream
