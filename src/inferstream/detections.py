@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import torch
@@ -94,12 +95,13 @@ class Detections:
                       else torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)})
 
     def split(self, counts: list[int]) -> list[Detections]:
-        """Inverse of ``merge``: consecutive row groups of the given sizes."""
-        out, start = [], 0
-        for n in counts:
-            out.append(self[start:start + n])
-            start += n
-        return out
+        """Inverse of ``merge``: consecutive row groups of the given sizes (``counts`` must sum to ``len(self)``).
+
+        One ``Tensor.split`` per field makes every group's views at once: slicing group by group cost a tenth of
+        a batch's host time on the GPU machine."""
+        columns = [repeat(None, len(counts)) if (t := getattr(self, name)) is None else t.split(counts)
+                   for name in _FIELD_NAMES]
+        return list(map(Detections.trusted, *columns))
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Detections))
