@@ -48,6 +48,7 @@ from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
 from inferstream.gstnative import bind, buffer_address, pydll
 
 if TYPE_CHECKING:
+    import torch
     from gi.repository import Gst, GstVideo
 
     from inferstream.frames.system import FrameFormat
@@ -257,6 +258,22 @@ def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[list[int], l
     return list(minfo.stride[:n]), list(minfo.offset[:n])
 
 
+@functools.cache
+def _cuda_device(index: int) -> torch.device:
+    import torch
+
+    return torch.device("cuda", index)
+
+
+def _current_stream_handle(index: int) -> int:
+    """torch's current ``CUstream`` on device ``index``: the raw handle torch's generated code reads, without the
+    ``torch.cuda.Stream`` object ``current_stream`` builds each call (a few percent of a frame's mapping)."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return int(raw(index)) if raw is not None else int(torch.cuda.current_stream(index).cuda_stream)
+
+
 @functools.lru_cache(maxsize=64)
 def _layouts(fmt: str, width: int, height: int, strides: tuple[int, ...],
              offsets: tuple[int, ...]) -> tuple[tuple[PlaneLayout, ...], int]:
@@ -341,7 +358,7 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
                                      f"{list(SUPPORTED_FORMATS)}")
     mem = _cuda_memory(buf)
     cmem = GstCudaMemoryC.from_address(mem)
-    dev = torch.device("cuda", device_index(device))
+    dev = _cuda_device(device_index(device))
     mem_ctx = c_address(_native().cuda_gst.gst_cuda_context_get_handle(cmem.context)) if cmem.context else 0
     if mem_ctx != torch_context_handle(dev.index):
         raise CudaContextMismatchError(mismatch_message(mem_ctx, torch_context_handle(dev.index), dev.index))
@@ -355,7 +372,7 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
             raise UnsupportedFormatError(f"{fmt} {ff.width}x{ff.height}: planes need {nbytes} "
                                          f"bytes, the CUDA memory holds {mapinfo.size}")
         gst_stream = _gst_stream_handle(mem)
-        consumer = torch.cuda.current_stream(dev).cuda_stream
+        consumer = _current_stream_handle(dev.index)
         context = torch_context_handle(dev.index)
         stream_wait(consumer, gst_stream, context)
         planes = tuple(torch.as_tensor(CudaArrayView(cuda_array_interface(mapinfo.data, p)), device=dev)
