@@ -16,7 +16,7 @@ Every update runs ``bytetrack_core`` for a batch of streams: ``ByteTrack.update`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 
@@ -29,6 +29,15 @@ from inferstream.tracking.kalman import KalmanNoise
 from inferstream.tracking.table import TrackTable
 
 _CPU = torch.device("cpu")
+
+
+class _Batch(NamedTuple):
+    """What the streams updated together share."""
+
+    settings: Settings
+    skipped: bool  # predict_only frames
+    device: torch.device
+    oriented: bool
 
 
 class ByteTrack:
@@ -186,22 +195,22 @@ def update_streams(trackers: Sequence[Tracker], dets: Sequence[Detections | None
         raise ValueError(f"update_streams: {len(trackers)} trackers, {len(dets)} detections, {len(pts_ns)} pts")
     if len({id(t) for t in trackers}) < len(trackers):
         raise ValueError("update_streams: a tracker appears twice (give each stream's frames in separate calls)")
-    groups: dict[tuple[object, ...], list[int]] = {}
+    groups: dict[_Batch, list[int]] = {}
     for i, (tracker, d, pts) in enumerate(zip(trackers, dets, pts_ns)):
         if isinstance(tracker, ByteTrack):
             tracker._check_time(pts)
             st = tracker._state
             where = (st.device, st.oriented) if d is None else (d.boxes_xyxy.device, d.oriented)
-            groups.setdefault((tracker.settings, d is None, *where), []).append(i)
+            groups.setdefault(_Batch(tracker.settings, d is None, *where), []).append(i)
     results: list[TrackResult | None] = [None] * len(trackers)
     commits: list[tuple[ByteTrack, StreamState]] = []
-    for (settings, skipped, *_), members in groups.items():
+    for key, members in groups.items():
         batch = [cast(ByteTrack, trackers[i]) for i in members]
-        states, pts = [t._state for t in batch], [pts_ns[i] for i in members]
-        if skipped:
-            new_states, out = core.predict_only(settings, states, pts)
+        states, times = [t._state for t in batch], [pts_ns[i] for i in members]
+        if key.skipped:
+            new_states, out = core.predict_only(key.settings, states, times)
         else:
-            new_states, out = core.update(settings, states, [cast(Detections, dets[i]) for i in members], pts)
+            new_states, out = core.update(key.settings, states, [cast(Detections, dets[i]) for i in members], times)
         commits += zip(batch, new_states)
         for i, result in zip(members, out):
             results[i] = result

@@ -13,8 +13,9 @@ fails changes no tracker. ``ByteTrack`` (``bytetrack.py``) holds a stream's stat
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,7 @@ from inferstream.tracking.table import TrackTable
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+_Array = TypeVar("_Array", bound=npt.NDArray[Any])
 
 NS_PER_S = 1_000_000_000
 _NO_TRACK = np.array([-1])
@@ -97,7 +99,8 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     ids = np.concatenate([b.table.ids, _NO_TRACK]).take(track_of_det)  # index -1: the appended -1
     device, oriented = dets[0].boxes_xyxy.device, angles is not None
     ids_t = torch.from_numpy(ids).to(device)
-    outs = [d.with_track_ids(i) for d, i in zip(dets, ids_t.split(d_counts.tolist()) if len(dets) > 1 else [ids_t])]
+    starts = np.concatenate([[0], d_counts.cumsum()]).tolist() if len(dets) > 1 else [0, len(ids)]
+    outs = [d.with_track_ids(ids_t[a:b] if len(dets) > 1 else ids_t) for d, a, b in zip(dets, starts, starts[1:])]
     results = _results(cfg, b, b.table.states[POS], det_of_track, d_stream, outs, ended, device, oriented)
     new_states = [StreamState(table, p, p, n, device, oriented)
                   for table, p, n in zip(b.split(len(streams)), pts_ns, next_ids)]
@@ -142,7 +145,8 @@ def _host_arrays(dets: list[Detections]) -> tuple[FloatArray, FloatArray, IntArr
         return (parts[0] if len(parts) == 1 else torch.cat(parts)).numpy(force=True)
 
     angles = None if dets[0].angles_rad is None else host("angles_rad").astype(np.float64)
-    return host("boxes_xyxy").astype(np.float64), host("scores").astype(np.float64), host("labels"), angles
+    labels = host("labels").astype(np.int64, copy=False)
+    return host("boxes_xyxy").astype(np.float64), host("scores").astype(np.float64), labels, angles
 
 
 class _Tracks:
@@ -223,7 +227,7 @@ class _Tracks:
         if n_streams == 1:
             return [self.table]
         starts = np.searchsorted(self.stream, np.arange(n_streams + 1)).tolist()
-        return [self.table.select(slice(a, b)) for a, b in zip(starts, starts[1:])]
+        return [self.table.select(slice(a, b)) for a, b in itertools.pairwise(starts)]
 
 
 def _correct(kf: ConstantVelocityKalman, t: TrackTable, det_of_track: IntArray, z: FloatArray, boxes: FloatArray,
@@ -235,18 +239,20 @@ def _correct(kf: ConstantVelocityKalman, t: TrackTable, det_of_track: IntArray, 
     states = t.states  # predict_states' copy
     states[:, matched] = kf.update_states(states.take(matched, axis=1), z.take(rows, axis=1))
 
-    def put(values: npt.NDArray[np.generic], new: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
-        out = values.copy()
-        out[..., matched] = new
-        return out
-
     angle, size = t.angles, t.sizes
     if angles is not None:
-        angle, size = put(angle, angles[rows]), put(size, (boxes[rows, 2:] - boxes[rows, :2]).T)
+        angle, size = _put(angle, matched, angles[rows]), _put(size, matched, (boxes[rows, 2:] - boxes[rows, :2]).T)
     lost = det_of_track < 0
     return TrackTable(states, t.ids, np.where(lost, 0, t.hits + 1), t.first_seen_ns,
-                      put(t.last_seen_ns, pts.take(matched)), lost, put(t.labels, labels.take(rows)),
-                      put(t.scores, scores.take(rows)), angle, size)
+                      _put(t.last_seen_ns, matched, pts.take(matched)), lost, _put(t.labels, matched, labels.take(rows)),
+                      _put(t.scores, matched, scores.take(rows)), angle, size)
+
+
+def _put(values: _Array, at: IntArray, new: npt.NDArray[Any]) -> _Array:
+    """A copy of ``values`` with the tracks (last axis) ``at`` set to ``new``."""
+    out = values.copy()
+    out[..., at] = new
+    return out
 
 
 def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: StreamPairs, z: FloatArray,
