@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -140,13 +140,16 @@ def _time_steps(streams: list[StreamState], pts_ns: list[int], stream: IntArray)
 def _host_arrays(dets: list[Detections]) -> tuple[FloatArray, FloatArray, IntArray, FloatArray | None]:
     """Every stream's boxes [N, 4], scores [N], labels [N] and angles [N] (or None), float64 on the host, one
     device-to-host copy per field."""
-    def host(field: str) -> npt.NDArray[np.generic]:
-        parts = [getattr(d, field) for d in dets]
-        return (parts[0] if len(parts) == 1 else torch.cat(parts)).numpy(force=True)
-
-    angles = None if dets[0].angles_rad is None else host("angles_rad").astype(np.float64)
-    labels = host("labels").astype(np.int64, copy=False)
-    return host("boxes_xyxy").astype(np.float64), host("scores").astype(np.float64), labels, angles
+    if len(dets) == 1:
+        d = dets[0]
+        boxes, scores, labels, angles_rad = d.boxes_xyxy, d.scores, d.labels, d.angles_rad
+    else:
+        boxes, scores, labels = (torch.cat([d.boxes_xyxy for d in dets]), torch.cat([d.scores for d in dets]),
+                                 torch.cat([d.labels for d in dets]))
+        angles_rad = None if dets[0].angles_rad is None else torch.cat([cast(torch.Tensor, d.angles_rad) for d in dets])
+    angles = None if angles_rad is None else angles_rad.numpy(force=True).astype(np.float64)
+    return (boxes.numpy(force=True).astype(np.float64), scores.numpy(force=True).astype(np.float64),
+            labels.numpy(force=True), angles)
 
 
 class _Tracks:
@@ -173,12 +176,13 @@ class _Tracks:
         """Drop tracks unseen for longer than ``max_lost_ns``; return each stream's confirmed ids that ended."""
         t = self.table
         stale = t.last_seen_ns < self.pts - max_lost_ns
+        if not np.count_nonzero(stale):
+            return [()] * n_streams
         ended: list[list[int]] = [[] for _ in range(n_streams)]
-        if np.count_nonzero(stale):
-            gone = stale & (t.ids >= 0)
-            for s, track_id in zip(self.stream[gone].tolist(), t.ids[gone].tolist()):
-                ended[s].append(track_id)
-            self.keep(~stale)
+        gone = stale & (t.ids >= 0)
+        for s, track_id in zip(self.stream[gone].tolist(), t.ids[gone].tolist()):
+            ended[s].append(track_id)
+        self.keep(~stale)
         return [tuple(sorted(ids)) for ids in ended]
 
     def spawn(self, kf: ConstantVelocityKalman, z: FloatArray, boxes: FloatArray, scores: FloatArray,
@@ -244,7 +248,7 @@ def _correct(kf: ConstantVelocityKalman, t: TrackTable, det_of_track: IntArray, 
         angle, size = _put(angle, matched, angles[rows]), _put(size, matched, (boxes[rows, 2:] - boxes[rows, :2]).T)
     lost = det_of_track < 0
     return TrackTable(states, t.ids, np.where(lost, 0, t.hits + 1), t.first_seen_ns,
-                      _put(t.last_seen_ns, matched, pts.take(matched)), lost, _put(t.labels, matched, labels.take(rows)),
+                      np.where(lost, t.last_seen_ns, pts), lost, _put(t.labels, matched, labels.take(rows)),
                       _put(t.scores, matched, scores.take(rows)), angle, size)
 
 
@@ -273,7 +277,7 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: 
     edges = np.ascontiguousarray(cxcywh_to_xyxy(np.concatenate([t.states[POS], z], axis=1).T).T)
     iou = pairs.pairwise(iou_pairs, edges[:, :n], edges[:, n:])
     nz = iou.nonzero()[0]  # only overlapping pairs need the gate: the others have IoU 0 anyway
-    allowed = _allowed(cfg, kf, t, z, labels, pairs.rows.take(nz), pairs.cols.take(nz))
+    allowed = _allowed(cfg, kf, t, z, labels, *pairs.locate(nz))
     if np.count_nonzero(allowed) < len(allowed):
         iou[nz] *= allowed
 
@@ -284,7 +288,8 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: 
 
     confirmed = t.ids >= 0
     n_confirmed, n_high = np.count_nonzero(confirmed), np.count_nonzero(high)
-    matched = match(iou * scores.take(pairs.cols) if cfg.fuse_score else iou, confirmed, high, cfg.match_iou)
+    first = iou * pairs.pairwise(np.multiply, np.ones((1, n)), scores[None]) if cfg.fuse_score else iou  # IoU x score
+    matched = match(first, confirmed, high, cfg.match_iou)
     # a later stage runs only if both its sides have someone left: counting is cheaper than finding out
     free_confirmed, free_high = n_confirmed - matched, n_high - matched
     if free_confirmed and np.count_nonzero(scores >= cfg.low_score) > n_high:
@@ -292,8 +297,8 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: 
         free_confirmed -= match(iou, confirmed & (det_of_track < 0), low, cfg.low_match_iou)
     if cfg.recover_sigmas > 0 and free_confirmed and free_high:
         rows_ok, cols_ok = confirmed & (det_of_track < 0), high & (track_of_det < 0)
-        sub = (rows_ok.take(pairs.rows) & cols_ok.take(pairs.cols)).nonzero()[0]
-        tr, de = pairs.rows.take(sub), pairs.cols.take(sub)
+        sub = pairs.select(rows_ok, cols_ok)
+        tr, de = pairs.locate(sub)
         gate = _allowed(cfg, kf, t, z, labels, tr, de)
         slack = cfg.recover_sigmas * np.sqrt(t.states[VAR][:2].take(tr, axis=1))  # of the centre, [2, K]
         reach = np.zeros(len(pairs))
@@ -338,28 +343,26 @@ def _results(cfg: Settings, b: _Tracks, boxes: FloatArray, det_of_track: IntArra
     rows = np.where(predicted, predicted.cumsum() - 1, det_of_track)  # predicted boxes are numbered in order
     sel = shown.nonzero()[0]
     pred = predicted.nonzero()[0]
-    if n_streams == 1:
-        shown_at, pred_at = [0, len(sel)], [0, len(pred)]
-    else:  # number each stream's predicted boxes and detections from 0
+    if n_streams > 1:  # number each stream's predicted boxes and detections from 0
         starts = np.searchsorted(b.stream, np.arange(n_streams + 1))  # each stream's first track
         pred_before = np.concatenate([[0], predicted.cumsum()]).take(starts)
         rows -= np.where(predicted, pred_before.take(b.stream), np.searchsorted(d_stream, b.stream))
-        shown_at, pred_at = np.concatenate([[0], shown.cumsum()]).take(starts).tolist(), pred_before.tolist()
     # the table's order is id order for confirmed tracks (see _Tracks.confirm); the tuples are built in C
-    states = list(map(TrackState._make, zip(
+    states = tuple(map(TrackState._make, zip(
         t.ids[sel].tolist(), t.first_seen_ns[sel].tolist(), t.last_seen_ns[sel].tolist(), t.lost[sel].tolist(),
         predicted[sel].tolist(), rows[sel].tolist())))
     boxes_out = _predicted(t, boxes, pred, device, oriented)
-    return [TrackResult(detections=out, tracks=tuple(states[shown_at[s]:shown_at[s + 1]]), ended_ids=ended[s],
+    if n_streams == 1:
+        return [TrackResult(detections=outs[0], predicted=boxes_out, tracks=states, ended_ids=ended[0])]
+    shown_at, pred_at = np.concatenate([[0], shown.cumsum()]).take(starts).tolist(), pred_before.tolist()
+    return [TrackResult(detections=out, tracks=states[shown_at[s]:shown_at[s + 1]], ended_ids=ended[s],
                         predicted=_rows(boxes_out, pred_at[s], pred_at[s + 1], device, oriented))
             for s, out in enumerate(outs)]
 
 
 def _rows(dets: Detections, start: int, stop: int, device: torch.device, oriented: bool) -> Detections:
     """Rows ``start:stop`` of ``dets``."""
-    if start == stop:
-        return _no_rows(device, oriented)
-    return dets if stop - start == len(dets) else dets[start:stop]
+    return dets[start:stop] if start < stop else _no_rows(device, oriented)
 
 
 def _predicted(t: TrackTable, boxes: FloatArray, pred: IntArray, device: torch.device,

@@ -49,30 +49,43 @@ class StreamPairs:
         col_counts (ndarray[S] int64): detections per stream.
     """
 
-    __slots__ = ("_padded", "col_counts", "cols", "row_counts", "rows")
+    __slots__ = ("_padded", "_size", "col_counts", "cols", "row_counts", "rows")
 
     def __init__(self, row_counts: IntArray, col_counts: IntArray) -> None:
         self.row_counts, self.col_counts = row_counts, col_counts
         self._padded: tuple[IntArray, IntArray, IntArray, tuple[int, int, int]] | None = None
-        if len(row_counts) == 1:  # every pair
-            local = np.arange(row_counts[0] * col_counts[0])
-            rows, cols = np.divmod(local, max(col_counts[0], 1))
-        else:
+        # one stream: every pair, the row-major [T, N] matrix; pair k is (k // N, k % N) and needs no table
+        self.rows: IntArray | None = None  # [P] flat track index of each pair (several streams)
+        self.cols: IntArray | None = None  # [P] flat detection index of each pair (several streams)
+        self._size = int(row_counts[0] * col_counts[0])
+        if len(row_counts) > 1:
             pair_counts = row_counts * col_counts
             stream = np.arange(len(row_counts)).repeat(pair_counts)
             local = np.arange(pair_counts.sum()) - _starts(pair_counts).take(stream)
             rows, cols = np.divmod(local, col_counts.take(stream))
             shape = (len(row_counts), int(row_counts.max()), int(col_counts.max()))
             pair_pos = (stream * shape[1] + rows) * shape[2] + cols  # where each pair sits in [S, T_max, N_max]
-            rows += _starts(row_counts).take(stream)
-            cols += _starts(col_counts).take(stream)
+            self.rows, self.cols = rows + _starts(row_counts).take(stream), cols + _starts(col_counts).take(stream)
             self._padded = (pair_pos, _padded_positions(row_counts, shape[1]), _padded_positions(col_counts, shape[2]),
                             shape)
-        self.rows: IntArray = rows  # [P] flat track index
-        self.cols: IntArray = cols  # [P] flat detection index
+            self._size = len(local)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self._size
+
+    def locate(self, pairs: IntArray) -> tuple[IntArray, IntArray]:
+        """The flat track and detection indices of ``pairs`` (indices into the pairs)."""
+        if self.rows is None or self.cols is None:
+            rows, cols = np.divmod(pairs, self.col_counts[0])
+            return rows, cols
+        return self.rows.take(pairs), self.cols.take(pairs)
+
+    def select(self, row_ok: BoolArray, col_ok: BoolArray) -> IntArray:
+        """The pairs whose track is ``row_ok`` [T] and detection ``col_ok`` [N], ascending."""
+        if self.rows is None or self.cols is None:
+            both: BoolArray = row_ok[:, None] & col_ok[None, :]
+            return both.reshape(-1).nonzero()[0]
+        return (row_ok.take(self.rows) & col_ok.take(self.cols)).nonzero()[0]
 
     def pairwise(self, fn: Callable[[FloatArray, FloatArray], FloatArray], row_values: FloatArray,
                  col_values: FloatArray) -> FloatArray:
@@ -108,10 +121,9 @@ class StreamPairs:
             on each stream's [free rows, free columns] block. Only a stream where some row or column has two
             candidates needs the solver.
         """
-        k = (sim >= min_sim).nonzero()[0]
-        rows, cols = self.rows.take(k), self.cols.take(k)
+        rows, cols = self.locate((sim >= min_sim).nonzero()[0])
         free = (row_ok.take(rows) & col_ok.take(cols)).nonzero()[0]
-        if len(free) < len(k):
+        if len(free) < len(rows):
             rows, cols = rows.take(free), cols.take(free)
         if len(rows) < 2:
             return rows, cols
