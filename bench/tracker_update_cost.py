@@ -1,7 +1,7 @@
 """CPU cost of ByteTrack per frame: one ``update`` call at 5-100 detections (pytracker's per-frame cost), and 30
 streams' frames updated one tracker after the other vs all at once with ``update_streams``.
 
-    python bench/tracker_update_cost.py [--streams 30] [--repeats 5]
+    python bench/tracker_update_cost.py [--streams 30] [--repeats 5] [--one-stream-only]
 
 Every stream's pytracker tracks once per frame under one GIL, so at 16-32 streams this per-frame cost, not the GPU,
 bounds the frame rate. Scenes (``_tracking_scene.py``): N boxes on a grid, each moving 2 px per frame, found every
@@ -20,7 +20,6 @@ from collections.abc import Callable
 from _tracking_scene import FRAME_NS, default_bytetrack, flicker_frame, grid_frame
 
 from inferstream.detections import Detections
-from inferstream.tracking import update_streams
 
 FRAMES, WARMUP = 300, 10
 Scene = Callable[[int, int], Detections]
@@ -40,6 +39,8 @@ def ms_per_update(n: int, scene: Scene) -> float:
 
 def ms_per_batch(n: int, scene: Scene, streams: int, batched: bool) -> float:
     """Median milliseconds to track one frame of each of ``streams`` streams (``n`` detections each)."""
+    from inferstream.tracking import update_streams  # here: --one-stream-only also runs on code without it
+
     frames = [[scene(n, i + 7 * s) for s in range(streams)] for i in range(FRAMES)]
     trackers = [default_bytetrack() for _ in range(streams)]
     times = []
@@ -59,10 +60,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--streams", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--one-stream-only", action="store_true", help="only the first table (one update per call)")
     args = ap.parse_args()
     print("| detections | steady (ms per update) | flickering (ms per update) |\n|---|---|---|")
     for n in (5, 20, 31, 100):
         print(f"| {n} | {ms_per_update(n, grid_frame):.3f} | {ms_per_update(n, flicker_frame):.3f} |", flush=True)
+    if args.one_stream_only:
+        return
     print(f"\n{args.streams} streams, one frame each (ms per batch, median of {args.repeats} alternating runs)\n")
     print("| scene | detections | one tracker after the other | update_streams | speed-up |\n|---|---|---|---|---|")
     for name, scene in (("steady", grid_frame), ("flickering", flicker_frame)):
