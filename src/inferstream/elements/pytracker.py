@@ -239,7 +239,8 @@ def _track_batch(frames: list[tuple[PyTracker, Gst.Buffer]]) -> None:
     one update of all their trackers (``update_streams``); each frame's pass through its pytracker then only reports.
 
     A tracking failure stays the failing pytracker's error (posted when its frame passes): when the batched update
-    raises it has changed no tracker, and the frames are tracked one by one. A batch of one takes that path at once.
+    raises it has changed no tracker (a ByteTrack, the one algorithm registered), and the frames are tracked one by
+    one. A batch of one takes that path at once.
     """
     from inferstream.tracking import update_streams
 

@@ -177,7 +177,7 @@ def update_streams(trackers: Sequence[Tracker], dets: Sequence[Detections | None
     ``ByteTrack`` instances with equal settings whose detections share a device and orientation are updated
     together (``bytetrack_core``): numpy's per-call overhead, most of the cost of tracking tens of boxes, is paid
     once for all of them. Frames with ``dets[i] is None`` are frames the detector skipped (``predict_only``),
-    batched the same way. Other trackers are updated one after the other.
+    batched the same way. Other trackers are updated one after the other, after the ByteTracks.
 
     Args:
         trackers: one tracker per stream, each at most once.
@@ -188,8 +188,9 @@ def update_streams(trackers: Sequence[Tracker], dets: Sequence[Detections | None
         one ``TrackResult`` per stream, in the order given.
 
     Raises:
-        ValueError: the sequences differ in length, a tracker appears twice, or a pts is negative or went backwards.
-            Raised before any tracker changed; and no ``ByteTrack`` changes when the batched update fails.
+        ValueError: the sequences differ in length, a tracker appears twice, or a pts is negative or went backwards
+            (raised before any tracker changed). Whatever the ByteTracks' batched update raises, it raises before
+            any of them changed; trackers of other kinds update (and may raise) after it.
     """
     if not len(trackers) == len(dets) == len(pts_ns):
         raise ValueError(f"update_streams: {len(trackers)} trackers, {len(dets)} detections, {len(pts_ns)} pts")
