@@ -1,6 +1,6 @@
 """Host cost per frame of the pipeline around the model, with a model that costs nothing (CPU, side by side).
 
-    python bench/host_overhead_cpu.py [--frames 300] [--streams 1,4,8,16]
+    python bench/host_overhead_cpu.py [--frames 300] [--streams 1,4,8,16] [--pytracker-only]
 
 On the H200 the GPU waits for Python: the model runs 2 700 img/s, the pipeline with pytracker ~250 frames/s
 (``bench/results/gpu.md``). What bounds it is the host work per frame (mapping, batching, decoding, metadata,
@@ -73,13 +73,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--frames", type=int, default=300, help="frames per stream")
     ap.add_argument("--streams", default="1,4,8,16")
+    ap.add_argument("--pytracker-only", action="store_true",
+                    help="only the 'N streams, pytracker' rows (to compare two checkouts side by side)")
     args = ap.parse_args()
     Gst.init(None)
     counts = [int(n) for n in args.streams.split(",")]
     rows = [(f"{n} streams, pytracker", n, True, False, False) for n in counts]
-    rows += [(f"{n} streams, queue ! pytracker", n, True, True, False) for n in counts]
-    rows += [(f"{counts[-1]} streams, no pytracker", counts[-1], False, False, False),
-             (f"{counts[-1]} streams, pytracker, without serial.priority", counts[-1], True, False, True)]
+    if not args.pytracker_only:
+        rows += [(f"{n} streams, queue ! pytracker", n, True, True, False) for n in counts]
+        rows += [(f"{counts[-1]} streams, no pytracker", counts[-1], False, False, False),
+                 (f"{counts[-1]} streams, pytracker, without serial.priority", counts[-1], True, False, True)]
     print("| pipeline | frames/s | host cores | GIL wait p90 (ms) | mean fill |")
     print("|---|---|---|---|---|")
     for name, n, tracker, queue, unprioritised in rows:

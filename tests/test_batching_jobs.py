@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import pytest
 import torch
 
-from inferstream.batching import BatchGroup
+from inferstream.batching import BatchGroup, FollowUp
 from inferstream.detections import Detections
 from inferstream.frames.raw import RawFrame
 from inferstream.inference import Detector, InferConfig
@@ -167,3 +169,38 @@ def test_the_next_batch_infers_while_the_previous_one_delivers_and_deliveries_ke
     assert first[0].saw_next_batch_mapping  # batch 2 mapped its frames while batch 1 was still delivering
     assert log == ["a", "b", "c", "d"]  # ... and delivered after it
     assert group.stats.batches == 2 and group.stats.frames == 4
+
+
+class _FollowedJob(_Job):
+    """Hands its detections to a follow-up (as pyinfer hands its frames to pytracker); ``run`` None: none."""
+
+    def __init__(self, x: int, log: list[object], run: Callable[[list[Any]], None] | None) -> None:
+        super().__init__(_square_frame(x))
+        self.x, self._log, self._run = x, log, run
+
+    def deliver(self, dets: Detections, detector: Detector) -> FollowUp | None:
+        super().deliver(dets, detector)
+        self._log.append(("delivered", self.x))
+        return None if self._run is None else (self._run, self.x)
+
+
+def test_follow_ups_run_once_per_batch_with_all_their_frames_after_every_delivery() -> None:
+    group = _group(batch_size=4, members=4, max_latency_s=60.0)
+    log: list[object] = []
+
+    def track(items: list[Any]) -> None:
+        log.append(("track", sorted(items), threading.current_thread().name))
+
+    def other(items: list[Any]) -> None:
+        log.append(("other", items, threading.current_thread().name))
+
+    jobs = [_FollowedJob(10, log, track), _FollowedJob(50, log, other), _FollowedJob(90, log, None),
+            _FollowedJob(130, log, track)]
+    threads = [_infer_in_thread(group, job) for job in jobs]
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads) and group.stats.batches == 1
+    delivered, follow_ups = log[:4], log[4:]
+    assert sorted(delivered) == [("delivered", x) for x in (10, 50, 90, 130)]  # every frame first
+    assert sorted(f[:2] for f in follow_ups) == [("other", [50]), ("track", [10, 130])]  # each run once
+    assert {f[2] for f in follow_ups} == {jobs[0].delivered_thread}  # on the batch's thread

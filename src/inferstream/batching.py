@@ -17,16 +17,24 @@ import threading
 import time
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inferstream.errors import ConfigError
 from inferstream.serial import priority
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
     from inferstream.inference import Detector, InferConfig
     from inferstream.models.base import DecodeParams
+
+
+FollowUp = tuple["Callable[[list[Any]], None]", Any]
+"""Work a delivered frame hands to the element after pyinfer: ``(run, item)``. Once every frame of the batch is
+delivered, each ``run`` is called once, on the batch's thread, with the items of all the frames that returned it, in
+batch order (pytracker tracks all its streams' frames in one update). ``run`` reports its own errors."""
 
 
 class FrameJob(Protocol):
@@ -35,8 +43,9 @@ class FrameJob(Protocol):
     def frame(self) -> AbstractContextManager[RawFrame]:
         """The frame's pixels, valid until the batch (``deliver`` included) is done."""
 
-    def deliver(self, dets: Detections, detector: Detector) -> None:
-        """Take the frame's detections (the frame is still mapped), e.g. write them as metadata."""
+    def deliver(self, dets: Detections, detector: Detector) -> FollowUp | None:
+        """Take the frame's detections (the frame is still mapped), e.g. write them as metadata; return the work
+        the next element does with the batch's other frames (``FollowUp``), or None."""
 
 
 class _Signal:
@@ -233,12 +242,19 @@ class BatchGroup:
 
     @staticmethod
     def _deliver(inferred: list[tuple[_Slot, Detections]], detector: Detector) -> None:
-        """Hand each frame its detections; a failing frame fails alone."""
+        """Hand each frame its detections (a failing frame fails alone), then run the follow-ups, each once for
+        all its frames."""
+        follow_ups: dict[Callable[[list[Any]], None], list[Any]] = {}
         for s, dets in inferred:
             try:
-                s.job.deliver(dets, detector)
+                follow_up = s.job.deliver(dets, detector)
             except BaseException as exc:
                 s.error = exc
+                continue
+            if follow_up is not None:
+                follow_ups.setdefault(follow_up[0], []).append(follow_up[1])
+        for run, items in follow_ups.items():
+            run(items)
 
     def swap(self, detector: Detector) -> Detector:
         """Install ``detector`` between two batches; returns the old one (the caller closes it)."""

@@ -260,7 +260,7 @@ def test_bytetrack_rejects_time_going_backwards() -> None:
 
 def test_make_tracker_builds_registered_trackers() -> None:
     tracker = make_tracker("bytetrack", min_hits=1, per_class=True)
-    assert isinstance(tracker, ByteTrack) and tracker.min_hits == 1 and tracker.per_class
+    assert isinstance(tracker, ByteTrack) and tracker.settings.min_hits == 1 and tracker.settings.per_class
     assert "bytetrack" in TRACKERS
 
 

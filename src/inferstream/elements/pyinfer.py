@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import gi
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
 
-    from inferstream.batching import BatchGroup
+    from inferstream.batching import BatchGroup, FollowUp
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
@@ -176,13 +176,15 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._cuda: tuple[str, str | None] | None = None  # (device, why CUDA memory is unavailable), per device
         self._cuda_index: int | None = None
         self._told_upload = False
-        self._follower: Callable[[Gst.Buffer], None] | None = None
+        self._follower: tuple[Callable[[list[Any]], None], object] | None = None
         self.connect("notify::model", self._on_model_changed)
 
-    def set_follower(self, follow: Callable[[Gst.Buffer], None] | None) -> None:
-        """Let the element linked right after this one (pytracker) do its per-frame work on the batch's thread,
-        right after each frame's detections are written (``follow(buf)``); None stops it."""
-        self._follower = follow
+    def set_follower(self, run: Callable[[list[Any]], None] | None, follower: object = None) -> None:
+        """Let the element linked right after this one (pytracker) do its per-frame work on the batch's thread, for
+        all the batch's frames at once: once the batch's detections are written, ``run`` gets the
+        ``(follower, buffer)`` of every frame whose pyinfer has the same ``run`` (``batching.FollowUp``), in batch
+        order. None stops it."""
+        self._follower = None if run is None else (run, follower)
 
     # hot swap: the setter stays plain (R7); the notify handler hands the request to a loader thread ----------
     def _on_model_changed(self, *_args: object) -> None:
@@ -387,14 +389,13 @@ class _InferJob:
 
         return mapped_frame(self.buf, el._frame_format)
 
-    def deliver(self, dets: Detections, detector: Detector) -> None:
+    def deliver(self, dets: Detections, detector: Detector) -> FollowUp | None:
         from inferstream.meta.gstanalytics import write_detections
 
         el = self.element
         write_detections(self.buf, dets, el._label_quarks(detector.labels), el._producer)
-        follow = el._follower
-        if follow is not None:
-            follow(self.buf)
+        follower = el._follower
+        return None if follower is None else (follower[0], (follower[1], self.buf))
 
 
 GObject.type_register(PyInfer)

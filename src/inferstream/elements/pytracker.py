@@ -8,7 +8,7 @@ and written as ODMtds whose producer is this element's ``unique-id`` — that is
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import gi
 
@@ -112,7 +112,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._batch_mark, self._batch_error = None, None
         self._upstream = self._linked_pyinfer() if self.track_in_batch else None
         if self._upstream is not None:
-            self._upstream.set_follower(self._track_in_batch)
+            self._upstream.set_follower(_track_batch, self)
         return True
 
     def _linked_pyinfer(self) -> PyInfer | None:
@@ -146,15 +146,6 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._last_pts = max(pts, self._last_pts)  # the tracker needs time that never goes backwards
         return self._last_pts
 
-    def _track_in_batch(self, buf: Gst.Buffer) -> None:
-        """pyinfer's follower: track ``buf`` on the batch's thread; its pass through here then only reports.
-        Frames reach us in order, one at a time, right after pyinfer let them go (the link is direct)."""
-        try:
-            self._track(buf)
-        except Exception as exc:  # reported by do_transform_ip, from this element
-            self._batch_error = exc
-        self._batch_mark = buf.pts
-
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
         if self._batch_mark is not None and buf.pts == self._batch_mark:
             self._batch_mark, error, self._batch_error = None, self._batch_error, None
@@ -173,16 +164,28 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         return Gst.FlowReturn.OK
 
     def _track(self, buf: Gst.Buffer) -> None:
+        frame = self._observe(buf)
+        self._report(buf, frame, self._step(frame))
+
+    def _observe(self, buf: Gst.Buffer) -> _Frame:
+        """What tracking ``buf`` takes: its pts, its meta, and its detections (None: the detector skipped it)."""
         from inferstream.meta.gstanalytics import read_detections
 
         pts = self._pts(buf)
-        uid = self._operate_on
-        meta = read_detections(buf, unique_id=uid)
-        if not self._detector_looked(meta, uid):
-            self._write_predicted(buf, self._tracker.predict_only(pts))
+        meta = read_detections(buf, unique_id=self._operate_on)
+        return _Frame(pts, meta, self._dets(meta) if self._detector_looked(meta, self._operate_on) else None)
+
+    def _step(self, frame: _Frame) -> TrackResult:
+        if frame.dets is None:
+            return self._tracker.predict_only(frame.pts)
+        return self._tracker.update(frame.dets, frame.pts)
+
+    def _report(self, buf: Gst.Buffer, frame: _Frame, result: TrackResult) -> None:
+        """Write the frame's tracks onto ``buf``."""
+        if frame.dets is None:
+            self._write_predicted(buf, result)
         else:
-            result = self._tracker.update(self._dets(meta), pts)
-            self._write_tracked(buf, meta.od_ids, result)
+            self._write_tracked(buf, frame.meta.od_ids, result)
             if self._output_lost:
                 self._write_predicted(buf, result)
 
@@ -223,6 +226,43 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         records = [TrackRecord(ids[t.row], t.track_id, t.first_seen_ns, t.last_seen_ns, t.lost)
                    for t in result.tracks if t.predicted]
         write_tracks(buf, records)
+
+
+class _Frame(NamedTuple):
+    pts: int
+    meta: FrameMeta | None
+    dets: Detections | None  # None: the detector skipped the frame
+
+
+def _track_batch(frames: list[tuple[PyTracker, Gst.Buffer]]) -> None:
+    """pyinfer's follow-up (track-in-batch): one batch's frames, one per pytracker, tracked on the batch's thread in
+    one update of all their trackers (``update_streams``); each frame's pass through its pytracker then only reports.
+
+    A tracking failure stays the failing pytracker's error (posted when its frame passes): when the batched update
+    raises it has changed no tracker (a ByteTrack, the one algorithm registered), and the frames are tracked one by
+    one. A batch of one takes that path at once.
+    """
+    from inferstream.tracking import update_streams
+
+    observed = []
+    for el, buf in frames:
+        el._batch_mark, el._batch_error = buf.pts, None
+        try:
+            observed.append((el, buf, el._observe(buf)))
+        except Exception as exc:  # reported by do_transform_ip, from this element
+            el._batch_error = exc
+    results = None
+    if len(observed) > 1:
+        try:
+            results = update_streams([el._tracker for el, _, _ in observed], [f.dets for _, _, f in observed],
+                                     [f.pts for _, _, f in observed])
+        except Exception:  # tracked frame by frame below, where the failing frame's element reports it
+            results = None
+    for i, (el, buf, frame) in enumerate(observed):
+        try:
+            el._report(buf, frame, results[i] if results is not None else el._step(frame))
+        except Exception as exc:
+            el._batch_error = exc
 
 
 GObject.type_register(PyTracker)

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from inferstream.errors import ConfigError
 from inferstream.tracking.base import Tracker, TrackResult, TrackState
-from inferstream.tracking.bytetrack import ByteTrack
+from inferstream.tracking.bytetrack import ByteTrack, update_streams
 from inferstream.tracking.kalman import KalmanNoise
 
 TRACKERS: Final[dict[str, Callable[..., Tracker]]] = {
@@ -34,4 +34,4 @@ def make_tracker(name: str, **params: Any) -> Tracker:
     return factory(**params)
 
 
-__all__ = ["TRACKERS", "ByteTrack", "KalmanNoise", "TrackResult", "TrackState", "Tracker", "make_tracker"]
+__all__ = ["TRACKERS", "ByteTrack", "KalmanNoise", "TrackResult", "TrackState", "Tracker", "make_tracker", "update_streams"]

@@ -9,37 +9,35 @@ high-score detections still left start tentative tracks. Every stage is an optim
 respects a Mahalanobis motion gate. Oriented boxes associate on the axis-aligned envelope of their rotated
 corners, which is also what the Kalman filter follows (an OBB detector may swap width and height as the angle
 wraps; the envelope does not), and keep their angle and unrotated size for predicted boxes.
+
+Every update runs ``bytetrack_core`` for a batch of streams: ``ByteTrack.update`` is a batch of one, and
+``update_streams`` updates the trackers of many streams (a pytracker per stream behind one batching pyinfer) at once.
 """
 from __future__ import annotations
 
-import functools
-import itertools
-from collections.abc import Callable
+from collections.abc import Sequence
+from typing import NamedTuple, cast
 
-import numpy as np
-import numpy.typing as npt
 import torch
 
 from inferstream.detections import Detections
 from inferstream.errors import ConfigError
-from inferstream.tracking.base import TrackResult, TrackState
-from inferstream.tracking.geometry import (
-    cxcywh_to_xyxy,
-    envelope_xyxy,
-    iou_matrix_columns,
-    slack_iou_matrix,
-    xyxy_to_cxcywh,
-)
-from inferstream.tracking.kalman import POS, VAR, ConstantVelocityKalman, KalmanNoise
-from inferstream.tracking.matching import match_pairs
+from inferstream.tracking import bytetrack_core as core
+from inferstream.tracking.base import Tracker, TrackResult
+from inferstream.tracking.bytetrack_core import NS_PER_S, Settings, StreamState
+from inferstream.tracking.kalman import KalmanNoise
 from inferstream.tracking.table import TrackTable
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-BoolArray = npt.NDArray[np.bool_]
+_CPU = torch.device("cpu")
 
-_NS_PER_S = 1_000_000_000
-_NO_TRACK = np.array([-1])
+
+class _Batch(NamedTuple):
+    """What the streams updated together share."""
+
+    settings: Settings
+    skipped: bool  # predict_only frames
+    device: torch.device
+    oriented: bool
 
 
 class ByteTrack:
@@ -117,23 +115,16 @@ class ByteTrack:
             raise ConfigError(f"ByteTrack: need max_lost_s, coast_s, recover_sigmas, motion_gate >= 0, "
                               f"min_hits >= 1, first_id >= 0; got {max_lost_s}, {coast_s}, {recover_sigmas}, "
                               f"{motion_gate}, {min_hits}, {first_id}")
-        self.high_score, self.low_score, self.new_track_score = high_score, low_score, new_track_score
-        self.match_iou, self.low_match_iou, self.tentative_match_iou = match_iou, low_match_iou, tentative_match_iou
-        self.recover_sigmas, self.recover_iou, self.motion_gate = recover_sigmas, recover_iou, motion_gate
-        self.max_lost_ns = round(max_lost_s * _NS_PER_S)
-        self.coast_ns = round(coast_s * _NS_PER_S)
-        self.min_hits, self.per_class, self.fuse_score = min_hits, per_class, fuse_score
-        self._kf = ConstantVelocityKalman(kalman_noise)
-        self._next_id = itertools.count(first_id)
-        self.reset()
+        self.settings = Settings(
+            high_score, low_score, new_track_score, match_iou, low_match_iou, tentative_match_iou, recover_sigmas,
+            recover_iou, motion_gate, round(max_lost_s * NS_PER_S), round(coast_s * NS_PER_S), min_hits, per_class,
+            fuse_score, kalman_noise if kalman_noise is not None else KalmanNoise())
+        self._state = StreamState(TrackTable.empty(), None, None, first_id, _CPU, False)
+
 
     def reset(self) -> None:
         """Forget every track; ids keep counting, so this instance never reuses one."""
-        self._tracks = TrackTable.empty()
-        self._state_ns: int | None = None  # time of the Kalman states (latest update)
-        self._now_ns: int | None = None  # latest pts seen (update or predict_only)
-        self._device = torch.device("cpu")
-        self._oriented = False
+        self._state = StreamState(TrackTable.empty(), None, None, self._state.next_id, _CPU, False)
 
     def update(self, dets: Detections, pts_ns: int) -> TrackResult:
         """Associate one frame's detections with the tracks.
@@ -148,37 +139,9 @@ class ByteTrack:
         Raises:
             ValueError: ``pts_ns`` is negative or went backwards (call ``reset()`` after a seek).
         """
-        dt_s = self._advance(pts_ns)
-        self._device, self._oriented = dets.boxes_xyxy.device, dets.oriented
-        self._tracks.states = self._kf.predict_states(self._tracks.states, dt_s)
-        ended = self._expire(pts_ns)
-        t = self._tracks
-        boxes = dets.boxes_xyxy.numpy(force=True).astype(np.float64)
-        scores = dets.scores.numpy(force=True).astype(np.float64)
-        labels = dets.labels.numpy(force=True)
-        angles = None if dets.angles_rad is None else dets.angles_rad.numpy(force=True).astype(np.float64)
-
-        # what the filter measures, (cx, cy, w, h) rows [4, N]
-        z = xyxy_to_cxcywh(boxes if angles is None else envelope_xyxy(boxes, angles)).T.copy()
-        track_of_det, det_of_track, new = self._associate_all(t, z, scores, labels)
-        self._correct(t, det_of_track, z, boxes, scores, labels, angles, pts_ns)
-        dropped = t.lost & (t.ids < 0)  # a tentative track that misses a frame is dropped
-        if np.count_nonzero(dropped):
-            keep = ~dropped
-            self._tracks = t.select(keep)
-            det_of_track = det_of_track[keep]
-            has = track_of_det >= 0
-            track_of_det[has] = (keep.cumsum() - 1)[track_of_det[has]]  # matched tracks are all kept
-
-        if len(new):
-            track_of_det[new] = len(self._tracks) + np.arange(len(new))
-            det_of_track = np.concatenate([det_of_track, new])
-            self._tracks = self._tracks.concat(self._spawn(z, boxes, scores, labels, angles, new, pts_ns))
-        self._confirm()
-
-        ids = np.concatenate([self._tracks.ids, _NO_TRACK]).take(track_of_det)  # index -1: the appended -1
-        out = dets.with_track_ids(torch.from_numpy(ids).to(self._device))
-        return self._result(out, self._tracks.states[POS], det_of_track, pts_ns, ended)
+        self._check_time(pts_ns)
+        (self._state,), (result,) = core.update(self.settings, [self._state], [dets], [pts_ns])
+        return result
 
     def predict_only(self, pts_ns: int) -> TrackResult:
         """Carry the confirmed tracks forward to a frame the detector skipped.
@@ -196,200 +159,65 @@ class ByteTrack:
             ValueError: ``pts_ns`` is negative or went backwards.
         """
         self._check_time(pts_ns)
-        self._now_ns = pts_ns
-        ended = self._expire(pts_ns)
-        dt_s = 0.0 if self._state_ns is None else (pts_ns - self._state_ns) / _NS_PER_S
-        boxes = self._kf.predict_boxes(self._tracks.states, dt_s)
-        no_dets = _no_rows(self._device, self._oriented)
-        return self._result(no_dets, boxes, np.full(len(self._tracks), -1, dtype=np.int64), pts_ns, ended)
-
-    # -- internals ------------------------------------------------------------------------------------------
+        (self._state,), (result,) = core.predict_only(self.settings, [self._state], [pts_ns])
+        return result
 
     def _check_time(self, pts_ns: int) -> None:
         if pts_ns < 0:
             raise ValueError(f"pts_ns must be >= 0, got {pts_ns}")
-        if self._now_ns is not None and pts_ns < self._now_ns:
-            raise ValueError(f"pts_ns went backwards ({pts_ns} < {self._now_ns}); call reset() after a seek")
-
-    def _advance(self, pts_ns: int) -> float:
-        """Check and record the update's time; return seconds since the last update's."""
-        self._check_time(pts_ns)
-        dt_s = 0.0 if self._state_ns is None else (pts_ns - self._state_ns) / _NS_PER_S
-        self._state_ns = self._now_ns = pts_ns
-        return dt_s
-
-    def _expire(self, pts_ns: int) -> tuple[int, ...]:
-        """Drop tracks unseen for longer than ``max_lost_ns``; return the confirmed ids that ended."""
-        t = self._tracks
-        stale = t.last_seen_ns < pts_ns - self.max_lost_ns
-        if not np.count_nonzero(stale):
-            return ()
-        self._tracks = t.select(~stale)
-        return tuple(sorted(t.ids[stale & (t.ids >= 0)].tolist()))
-
-    def _correct(self, t: TrackTable, det_of_track: IntArray, z: FloatArray, boxes: FloatArray, scores: FloatArray,
-                 labels: IntArray, angles: FloatArray | None, pts_ns: int) -> None:
-        """Kalman-correct the matched tracks with their detections and mark the others lost, in place."""
-        matched = (det_of_track >= 0).nonzero()[0]
-        rows = det_of_track.take(matched)
-        t.states[:, matched] = self._kf.update_states(t.states.take(matched, axis=1), z.take(rows, axis=1))
-        t.last_seen_ns[matched] = pts_ns
-        t.labels[matched], t.scores[matched] = labels.take(rows), scores.take(rows)
-        if angles is not None:
-            t.angles[matched] = angles[rows]
-            t.sizes[:, matched] = (boxes[rows, 2:] - boxes[rows, :2]).T
-        t.lost = det_of_track < 0
-        t.hits = np.where(t.lost, 0, t.hits + 1)
-
-    def _associate_all(
-        self, t: TrackTable, z: FloatArray, scores: FloatArray, labels: IntArray
-    ) -> tuple[IntArray, IntArray, IntArray]:
-        """The ByteTrack stages on measured (envelope) boxes ``z``, (cx, cy, w, h) rows [4, N].
-
-        Returns:
-            track index per detection [N] and detection index per track [T], -1 where unmatched; the detections
-            that start tracks.
-        """
-        track_of_det = np.full(len(scores), -1, dtype=np.int64)
-        det_of_track = np.full(len(t), -1, dtype=np.int64)
-        high = scores >= self.high_score
-        if len(t) == 0 or len(scores) == 0:
-            return track_of_det, det_of_track, self._starters(scores, high, track_of_det)
-        xyxy = cxcywh_to_xyxy(np.concatenate([t.states[POS], z], axis=1).T)  # tracks' then detections', [T + N, 4]
-        iou = iou_matrix_columns(xyxy.T, len(t))
-        tr, de = iou.nonzero()  # only overlapping pairs need the gate: the others have IoU 0 anyway
-        allowed = self._allowed(t, z, labels, tr, de)
-        if np.count_nonzero(allowed) < len(allowed):
-            iou[tr, de] *= allowed
-        confirmed = t.ids >= 0
-        first = iou * scores if self.fuse_score else iou
-        confirmed_rows, high_cols = confirmed.nonzero()[0], high.nonzero()[0]
-        matched = _match(first, confirmed_rows, high_cols, self.match_iou, track_of_det, det_of_track)
-        # a later stage runs only if both its sides have someone left: counting is cheaper than finding out
-        n_confirmed = len(confirmed_rows)
-        free_confirmed, free_high = n_confirmed - matched, len(high_cols) - matched
-        if free_confirmed and np.count_nonzero(scores >= self.low_score) > len(high_cols):
-            low = (scores >= self.low_score) & ~high
-            free_confirmed -= _match(iou, _free(confirmed, det_of_track), low.nonzero()[0], self.low_match_iou,
-                                     track_of_det, det_of_track)
-        if self.recover_sigmas > 0 and free_confirmed and free_high:
-            def reach(rows: IntArray, cols: IntArray) -> FloatArray:
-                pairs = rows.repeat(len(cols)), cols[None].repeat(len(rows), 0).ravel()  # np.tile, minus its wrapper
-                gate = self._allowed(t, z, labels, *pairs).reshape(len(rows), len(cols))
-                slack = self.recover_sigmas * np.sqrt(t.states[VAR][:2, rows].T)  # of the centre, [R, 2]
-                return slack_iou_matrix(t.states[POS][:, rows].T, slack, z[:, cols].T) * gate
-
-            free_high -= _match(reach, _free(confirmed, det_of_track), _free(high, track_of_det), self.recover_iou,
-                                track_of_det, det_of_track)
-        if free_high and n_confirmed < len(t):
-            free_high -= _match(iou, (~confirmed).nonzero()[0], _free(high, track_of_det), self.tentative_match_iou,
-                                track_of_det, det_of_track)
-        starters = self._starters(scores, high, track_of_det) if free_high else np.zeros(0, dtype=np.int64)
-        return track_of_det, det_of_track, starters
-
-    def _starters(self, scores: FloatArray, high: BoolArray, track_of_det: IntArray) -> IntArray:
-        """The high-score detections left that score enough to start tracks."""
-        if self.new_track_score > self.high_score:
-            high = scores >= self.new_track_score
-        return _free(high, track_of_det)
-
-    def _allowed(self, t: TrackTable, z: FloatArray, labels: IntArray, tr: IntArray, de: IntArray) -> BoolArray:
-        """Whether detection ``de[k]`` may match track ``tr[k]``: the motion gate and, with ``per_class``, the
-        label."""
-        if self.motion_gate > 0:
-            d2 = self._kf.mahalanobis_sq_states(t.states.take(tr, axis=1), z.take(de, axis=1))
-            allowed = d2 <= self.motion_gate
-        else:
-            allowed = np.ones(len(tr), dtype=bool)
-        if self.per_class:
-            allowed &= t.labels.take(tr) == labels.take(de)
-        return allowed
-
-    def _spawn(self, z: FloatArray, boxes: FloatArray, scores: FloatArray, labels: IntArray,
-               angles: FloatArray | None, rows: IntArray, pts_ns: int) -> TrackTable:
-        """Tentative tracks for detections ``rows``."""
-        k = len(rows)
-        now = np.full(k, pts_ns, dtype=np.int64)
-        return TrackTable(self._kf.initiate_states(z[:, rows]), np.full(k, -1, dtype=np.int64),
-                          np.ones(k, dtype=np.int64), now, now.copy(), np.zeros(k, dtype=bool),
-                          labels[rows].astype(np.int64), scores[rows], np.zeros(k) if angles is None else angles[rows],
-                          (boxes[rows, 2:] - boxes[rows, :2]).T)
-
-    def _confirm(self) -> None:
-        """Give ids to the tentative tracks with ``min_hits``. A tentative track that misses a frame is dropped, so
-        each is confirmed exactly ``min_hits - 1`` updates after it spawned: ids follow the table's (spawn) order,
-        and the confirmed tracks stay sorted by id."""
-        t = self._tracks
-        for i in ((t.ids < 0) & (t.hits >= self.min_hits)).nonzero()[0]:
-            t.ids[i] = next(self._next_id)
-
-    def _result(self, dets: Detections, boxes: FloatArray, det_of_track: IntArray, pts_ns: int,
-                ended: tuple[int, ...]) -> TrackResult:
-        """Assemble the output; ``det_of_track`` is -1 for tracks whose box comes from ``boxes``, (cx, cy, w, h)
-        rows [4, T] of the motion model."""
-        t = self._tracks
-        # a track with a detection this frame is not lost, and on predict_only frames none has one
-        shown = (t.ids >= 0) & ~(t.lost & (t.last_seen_ns < pts_ns - self.coast_ns))
-        predicted = shown & (det_of_track < 0)
-        rows = np.where(predicted, predicted.cumsum() - 1, det_of_track)  # predicted boxes are numbered in order
-        sel = shown.nonzero()[0]
-        # the table's order is id order for confirmed tracks (see _confirm); the tuples are built in C
-        states = tuple(map(TrackState._make, zip(
-            t.ids[sel].tolist(), t.first_seen_ns[sel].tolist(), t.last_seen_ns[sel].tolist(), t.lost[sel].tolist(),
-            predicted[sel].tolist(), rows[sel].tolist())))
-        pred = predicted.nonzero()[0].tolist()
-        return TrackResult(detections=dets, predicted=self._predicted(boxes, pred), tracks=states, ended_ids=ended)
-
-    def _predicted(self, boxes: FloatArray, tracks: list[int]) -> Detections:
-        """``TrackResult.predicted`` for ``tracks`` (columns of the motion model's ``boxes`` [4, T])."""
-        if not tracks:
-            return _no_rows(self._device, self._oriented)
-        t, dev, pred = self._tracks, self._device, np.array(tracks)
-
-        def as_tensor(a: npt.NDArray[np.generic], dtype: torch.dtype) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a)).to(device=dev, dtype=dtype)
-
-        # oriented: the filter follows the envelope; the unrotated box keeps its latest size around that centre
-        box = np.concatenate([boxes[:2, pred], t.sizes[:, pred]]) if self._oriented else boxes[:, pred]
-        return Detections.trusted(  # built here with the dtypes and rows checked Detections have
-            boxes_xyxy=as_tensor(cxcywh_to_xyxy(box.T), torch.float32),
-            scores=as_tensor(t.scores[pred], torch.float32),
-            labels=as_tensor(t.labels[pred], torch.int64),
-            angles_rad=as_tensor(t.angles[pred], torch.float32) if self._oriented else None,
-            track_ids=as_tensor(t.ids[pred], torch.int64),
-        )
+        if self._state.now_ns is not None and pts_ns < self._state.now_ns:
+            raise ValueError(f"pts_ns went backwards ({pts_ns} < {self._state.now_ns}); call reset() after a seek")
 
 
-@functools.lru_cache(maxsize=8)
-def _no_rows(device: torch.device, oriented: bool) -> Detections:
-    """Empty detections with empty ``track_ids``, built once per device: most frames have no predicted box, and
-    building them cost a tenth of a frame's tracking. Shared, which is safe as they have no rows."""
-    return Detections.empty(device, oriented=oriented).with_track_ids(torch.zeros(0, dtype=torch.int64, device=device))
+def update_streams(trackers: Sequence[Tracker], dets: Sequence[Detections | None],
+                   pts_ns: Sequence[int]) -> list[TrackResult]:
+    """Update the trackers of several streams, one frame each, as one batch: the same results and tracker states
+    as ``trackers[i].update(dets[i], pts_ns[i])`` in turn, for a fraction of the host time.
 
+    ``ByteTrack`` instances with equal settings whose detections share a device and orientation are updated
+    together (``bytetrack_core``): numpy's per-call overhead, most of the cost of tracking tens of boxes, is paid
+    once for all of them. Frames with ``dets[i] is None`` are frames the detector skipped (``predict_only``),
+    batched the same way. Other trackers are updated one after the other, after the ByteTracks.
 
-def _free(mask: BoolArray, partner: IntArray) -> IntArray:
-    """Indices where ``mask`` holds and ``partner`` is -1 (not matched yet)."""
-    free: IntArray = (mask & (partner < 0)).nonzero()[0]
-    return free
+    Args:
+        trackers: one tracker per stream, each at most once.
+        dets: each stream's detections (any device), or None for a frame the detector skipped.
+        pts_ns: each frame's pts in nanoseconds; must not be earlier than that tracker's previous call's.
 
+    Returns:
+        one ``TrackResult`` per stream, in the order given.
 
-def _match(sim: FloatArray | Callable[[IntArray, IntArray], FloatArray], rows: IntArray, cols: IntArray,
-           min_sim: float, track_of_det: IntArray, det_of_track: IntArray) -> int:
-    """Match the free tracks ``rows`` with the free detections ``cols``; record the pairs in place, return their
-    number.
-
-    ``sim`` is the [T, N] similarity, or a function that computes its block for given tracks and detections (for a
-    stage too costly to compute for every pair).
+    Raises:
+        ValueError: the sequences differ in length, a tracker appears twice, or a pts is negative or went backwards
+            (raised before any tracker changed). Whatever the ByteTracks' batched update raises, it raises before
+            any of them changed; trackers of other kinds update (and may raise) after it.
     """
-    if len(rows) == 0 or len(cols) == 0:
-        return 0
-    if callable(sim):
-        block = sim(rows, cols)
-    elif len(rows) == sim.shape[0] and len(cols) == sim.shape[1]:
-        block = sim
-    else:
-        block = sim[rows[:, None], cols]
-    r, c = match_pairs(block, min_sim)
-    tracks, dets = rows[r], cols[c]
-    track_of_det[dets], det_of_track[tracks] = tracks, dets
-    return len(r)
+    if not len(trackers) == len(dets) == len(pts_ns):
+        raise ValueError(f"update_streams: {len(trackers)} trackers, {len(dets)} detections, {len(pts_ns)} pts")
+    if len({id(t) for t in trackers}) < len(trackers):
+        raise ValueError("update_streams: a tracker appears twice (give each stream's frames in separate calls)")
+    groups: dict[_Batch, list[int]] = {}
+    for i, (tracker, d, pts) in enumerate(zip(trackers, dets, pts_ns)):
+        if isinstance(tracker, ByteTrack):
+            tracker._check_time(pts)
+            st = tracker._state
+            where = (st.device, st.oriented) if d is None else (d.boxes_xyxy.device, d.oriented)
+            groups.setdefault(_Batch(tracker.settings, d is None, *where), []).append(i)
+    results: list[TrackResult | None] = [None] * len(trackers)
+    commits: list[tuple[ByteTrack, StreamState]] = []
+    for key, members in groups.items():
+        batch = [cast(ByteTrack, trackers[i]) for i in members]
+        states, times = [t._state for t in batch], [pts_ns[i] for i in members]
+        if key.skipped:
+            new_states, out = core.predict_only(key.settings, states, times)
+        else:
+            new_states, out = core.update(key.settings, states, [cast(Detections, dets[i]) for i in members], times)
+        commits += zip(batch, new_states)
+        for i, result in zip(members, out):
+            results[i] = result
+    for tracker, state in commits:
+        tracker._state = state
+    for i, (tracker, d, pts) in enumerate(zip(trackers, dets, pts_ns)):
+        if results[i] is None:
+            results[i] = tracker.predict_only(pts) if d is None else tracker.update(d, pts)
+    return cast(list[TrackResult], results)

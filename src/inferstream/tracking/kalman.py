@@ -73,6 +73,11 @@ def _scale(boxes: FloatArray) -> FloatArray:
     return np.maximum(boxes.take(_WHWH, axis=0), _MIN_SIZE_PX)
 
 
+def _moved(dt_s: float | FloatArray) -> bool | npt.NDArray[np.bool_]:
+    """Which tracks a prediction moves: those with a time step (a step of 0 leaves a track as it is)."""
+    return True if not isinstance(dt_s, np.ndarray) else dt_s > 0
+
+
 def pack(mean: FloatArray, cov: FloatArray) -> FloatArray:
     """``(mean [T, 8], cov [T, 8, 8])`` to packed states [STATE_ROWS, T]."""
     flat = cov.reshape(-1, 64)
@@ -113,21 +118,25 @@ class ConstantVelocityKalman:
         states[RATE_VAR] = (self.noise.initial_velocity * s) ** 2
         return states
 
-    def predict_boxes(self, states: FloatArray, dt_s: float) -> FloatArray:
+    def predict_boxes(self, states: FloatArray, dt_s: float | FloatArray) -> FloatArray:
         """``(cx, cy, w, h)`` rows [4, T] ``dt_s`` seconds ahead (``predict_states``'s boxes alone); a copy."""
-        if dt_s <= 0:
+        if not isinstance(dt_s, np.ndarray) and dt_s <= 0:
             return states[POS].copy()
         boxes = states[POS] + dt_s * states[RATE]
-        np.maximum(boxes[2:], _MIN_SIZE_PX, out=boxes[2:])
+        np.maximum(boxes[2:], _MIN_SIZE_PX, out=boxes[2:], where=_moved(dt_s))
         return boxes
 
-    def predict_states(self, states: FloatArray, dt_s: float) -> FloatArray:
-        """Every track ``dt_s`` seconds (>= 0) forward; sizes kept >= 1 px."""
+    def predict_states(self, states: FloatArray, dt_s: float | FloatArray) -> FloatArray:
+        """Every track ``dt_s`` seconds (>= 0) forward; sizes kept >= 1 px.
+
+        ``dt_s`` is one time step for all tracks, or one per track [T] (the tracks of several streams); a track
+        with a step of 0 is returned unchanged.
+        """
         x = states.copy()
-        if dt_s <= 0:
+        if not isinstance(dt_s, np.ndarray) and dt_s <= 0:
             return x
         x[POS] += dt_s * x[RATE]  # as predict_boxes
-        np.maximum(x[2:4], _MIN_SIZE_PX, out=x[2:4])
+        np.maximum(x[2:4], _MIN_SIZE_PX, out=x[2:4], where=_moved(dt_s))
         var, cross, s = x[VAR], x[CROSS], _scale(x)
         # F P F^T with F = [[I, dt I], [0, I]], block by block: var + dt cross + dt cross', cross' = cross + dt rate
         var += dt_s * cross

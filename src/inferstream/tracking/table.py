@@ -41,13 +41,19 @@ class TrackTable:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def select(self, keep: BoolArray | IntArray) -> TrackTable:
-        """The tracks picked by a bool mask [T] or an index array (a copy)."""
+    def select(self, keep: BoolArray | IntArray | slice) -> TrackTable:
+        """The tracks picked by a bool mask [T] or an index array (a copy), or by a slice (views)."""
         return TrackTable(*(getattr(self, name)[..., keep] for name in _FIELDS))
 
-    def concat(self, other: TrackTable) -> TrackTable:
-        """These tracks followed by ``other``'s (a copy)."""
-        return TrackTable(*(np.concatenate([getattr(self, name), getattr(other, name)], axis=-1) for name in _FIELDS))
+    def with_states(self, states: FloatArray) -> TrackTable:
+        """These tracks with other Kalman states (the other arrays shared)."""
+        return TrackTable(states, self.ids, self.hits, self.first_seen_ns, self.last_seen_ns, self.lost, self.labels,
+                          self.scores, self.angles, self.sizes)
+
+    @classmethod
+    def join(cls, tables: list[TrackTable]) -> TrackTable:
+        """The tracks of ``tables`` one table after the other (a copy)."""
+        return cls(*(np.concatenate([getattr(t, name) for t in tables], axis=-1) for name in _FIELDS))
 
 
 _FIELDS = tuple(f.name for f in fields(TrackTable))
