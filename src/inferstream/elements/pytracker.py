@@ -19,6 +19,7 @@ from gi.repository import GObject, Gst, GstBase  # noqa: E402
 from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._caps import any_video_caps, video_templates  # noqa: E402
 from inferstream.elements._errors import post_error  # noqa: E402
+from inferstream.gstnative import buffer_pts  # noqa: E402
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections
@@ -140,14 +141,14 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         return GstBase.BaseTransform.do_sink_event(self, event)
 
     def _pts(self, buf: Gst.Buffer) -> int:
-        pts = buf.pts
+        pts = buffer_pts(buf)
         if pts == _CLOCK_TIME_NONE:
             pts = self._last_pts + _DEFAULT_FRAME_NS
         self._last_pts = max(pts, self._last_pts)  # the tracker needs time that never goes backwards
         return self._last_pts
 
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
-        if self._batch_mark is not None and buf.pts == self._batch_mark:
+        if self._batch_mark is not None and buffer_pts(buf) == self._batch_mark:
             self._batch_mark, error, self._batch_error = None, self._batch_error, None
             if error is None:
                 return Gst.FlowReturn.OK
@@ -246,7 +247,7 @@ def _track_batch(frames: list[tuple[PyTracker, Gst.Buffer]]) -> None:
 
     observed = []
     for el, buf in frames:
-        el._batch_mark, el._batch_error = buf.pts, None
+        el._batch_mark, el._batch_error = buffer_pts(buf), None
         try:
             observed.append((el, buf, el._observe(buf)))
         except Exception as exc:  # reported by do_transform_ip, from this element

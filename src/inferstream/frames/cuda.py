@@ -45,7 +45,7 @@ from inferstream.frames.cuda_context import (
     torch_context_handle,
 )
 from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
-from inferstream.gstnative import bind, buffer_address, pydll
+from inferstream.gstnative import GstMiniObjectC, bind, buffer_address, pydll
 
 if TYPE_CHECKING:
     import torch
@@ -178,14 +178,8 @@ class GstMapInfoC(ctypes.Structure):
                 ("_gst_reserved", ctypes.c_void_p * 4)]
 
 
-class _GstMiniObjectC(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_size_t), ("refcount", ctypes.c_int), ("lockstate", ctypes.c_int),
-                ("flags", ctypes.c_uint), ("copy", ctypes.c_void_p), ("dispose", ctypes.c_void_p),
-                ("free", ctypes.c_void_p), ("priv_uint", ctypes.c_uint), ("priv_pointer", ctypes.c_void_p)]
-
-
 class _GstMemoryC(ctypes.Structure):
-    _fields_ = [("mini_object", _GstMiniObjectC), ("allocator", ctypes.c_void_p), ("parent", ctypes.c_void_p),
+    _fields_ = [("mini_object", GstMiniObjectC), ("allocator", ctypes.c_void_p), ("parent", ctypes.c_void_p),
                 ("maxsize", ctypes.c_size_t), ("align", ctypes.c_size_t), ("offset", ctypes.c_size_t),
                 ("size", ctypes.c_size_t)]
 

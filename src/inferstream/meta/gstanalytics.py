@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from inferstream.errors import MetaWriteError
-from inferstream.gstnative import buffer_address
+from inferstream.gstnative import buffer_address, buffer_pts
 from inferstream.meta import handoff
 from inferstream.meta._analytics_c import REL_CONTAIN, REL_RELATE_TO, Loops, Mtd, analytics, loops, quark, quark_name
 
@@ -74,7 +74,7 @@ def write_detections(buf: Gst.Buffer, dets: Detections, quarks: Sequence[int],
         ids, row_quarks, first_box = _write_ods(lib, rmeta, edges, dets, quarks, producer)
     if fresh:  # all a read would find: leave it for the next reader (handoff)
         handoff.leave(buffer_address(buf), handoff.Written(
-            rmeta, lib.gst_analytics_relation_get_length(rmeta), buf.pts, edges, dets.scores, dets.angles_rad,
+            rmeta, lib.gst_analytics_relation_get_length(rmeta), buffer_pts(buf), edges, dets.scores, dets.angles_rad,
             row_quarks, ids, None if producer is None else _producer_id(producer), first_box))
     return ids
 
@@ -284,7 +284,7 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
     rmeta = api.lib.gst_buffer_get_analytics_relation_meta(addr)
     if not rmeta:
         return None
-    written = handoff.take(addr, rmeta, api.lib.gst_analytics_relation_get_length(rmeta), buf.pts)
+    written = handoff.take(addr, rmeta, api.lib.gst_analytics_relation_get_length(rmeta), buffer_pts(buf))
     if written is not None and (written.first_box is None
                                 or next(_od_rows(rmeta, written.od_ids[:1]))[0][:4] == written.first_box):
         return _from_written(written, unique_id)
