@@ -52,3 +52,12 @@ def test_a_broken_source_means_none_with_the_compiler_message(caplog: pytest.Log
 def test_a_missing_compiler_named_by_cc_means_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", "/nonexistent/cc")
     assert cnative.load_c("demo", SOURCE) is None
+
+
+def test_an_unloadable_cached_library_means_none(build_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import hashlib
+
+    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
+    (build_dir / f"demo-{digest}.so").write_bytes(b"not an ELF file")
+    assert cnative.load_c("demo", SOURCE) is None
+    assert "could not load" in caplog.text

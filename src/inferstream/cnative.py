@@ -46,7 +46,11 @@ def load_c(name: str, source: str) -> ctypes.PyDLL | None:
         except (OSError, subprocess.SubprocessError) as exc:
             _log.warning("could not build %s (%s): it runs as Python loops", name, exc)
             return None
-    return ctypes.PyDLL(str(target))
+    try:
+        return ctypes.PyDLL(str(target))
+    except OSError as exc:  # e.g. a cache file another machine's compiler wrote
+        _log.warning("could not load %s (%s): it runs as Python loops", target, exc)
+        return None
 
 
 def _compile(compiler: str, source: str, target: Path) -> None:

@@ -241,6 +241,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group
+        from inferstream.meta._analytics_c import loops as analytics_loops
         from inferstream.meta.gstanalytics import producer_quark
 
         try:
@@ -253,6 +254,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             return False
         self._params = cfg.params
         self._producer = producer_quark(self.unique_id)
+        analytics_loops()  # build or load the compiled metadata loops now, not while the first batch waits
         self._frame_index = 0
         self._ended = False
         self._skip = self.interval
