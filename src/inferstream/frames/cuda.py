@@ -240,7 +240,7 @@ def _cuda_memory(buf: Gst.Buffer) -> int:
     return int(mem)
 
 
-def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[list[int], list[int]]:
+def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Strides/offsets of the memory's own video info (the pitch the allocator chose), checked against the caps."""
     minfo = cmem.info
     fmt_id = ctypes.c_int.from_address(minfo.finfo).value if minfo.finfo else -1
@@ -249,7 +249,7 @@ def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[list[int], l
             f"CUDA memory layout (format id {fmt_id}, {minfo.width}x{minfo.height}) does not match the caps "
             f"({fmt.name} = {fmt.format_id}, {fmt.width}x{fmt.height})")
     n = _N_PLANES.get(fmt.name, 1)
-    return list(minfo.stride[:n]), list(minfo.offset[:n])
+    return tuple(minfo.stride[:n]), tuple(minfo.offset[:n])
 
 
 @functools.cache
@@ -357,7 +357,7 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
     if mem_ctx != torch_context_handle(dev.index):
         raise CudaContextMismatchError(mismatch_message(mem_ctx, torch_context_handle(dev.index), dev.index))
     strides, offsets = _memory_layout(cmem, ff)
-    layouts, nbytes = _layouts(fmt, ff.width, ff.height, tuple(strides), tuple(offsets))
+    layouts, nbytes = _layouts(fmt, ff.width, ff.height, strides, offsets)
     mapinfo = GstMapInfoC()
     if not _native().gst.gst_memory_map(mem, ctypes.byref(mapinfo), GST_MAP_READ | GST_MAP_CUDA):
         raise RuntimeError("gst_memory_map(GST_MAP_READ | GST_MAP_CUDA) failed")
