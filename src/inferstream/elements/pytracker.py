@@ -7,7 +7,6 @@ and written as ODMtds whose producer is this element's ``unique-id`` — that is
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 import gi
@@ -203,10 +202,14 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         """Relabel per-buffer label indices into this element's stable label table (for per-class matching)."""
         import torch
 
+        from inferstream.detections import Detections
+
         table = [self._labels.setdefault(name, len(self._labels)) for name in meta.label_names]
+        d = meta.dets
         if table == list(range(len(table))):  # the usual case: the buffer's names come in this table's order
-            return meta.dets
-        return replace(meta.dets, labels=torch.tensor(table, dtype=torch.int64)[meta.dets.labels])
+            return d
+        relabelled = torch.tensor(table, dtype=torch.int64)[d.labels]  # int64, one per row: no checks needed
+        return Detections.trusted(d.boxes_xyxy, d.scores, relabelled, d.angles_rad, d.track_ids)
 
     def _write_tracked(self, buf: Gst.Buffer, od_ids: tuple[int, ...], result: TrackResult) -> None:
         from inferstream.meta.gstanalytics import TrackRecord, write_tracks
