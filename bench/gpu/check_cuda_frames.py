@@ -34,7 +34,7 @@ from gi.repository import Gst, GstVideo
 from inferstream.frames import cuda
 from inferstream.frames.cuda import mapped_cuda_frames
 from inferstream.frames.cuda_context import CudaContextMismatchError, share_torch_context, torch_context_handle
-from inferstream.frames.system import mapped_frame
+from inferstream.frames.system import frame_format, mapped_frame
 from inferstream.ops.color import to_rgb
 
 W, H = 1280, 720
@@ -170,7 +170,8 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
         consumer, ctx = torch.cuda.current_stream(dev).cuda_stream, torch_context_handle(dev.index)
         out["stream_wait"] = _median_us(lambda: cuda.stream_wait(consumer, gs, ctx))
         out["colorimetry_of"] = _median_us(lambda: cuda_colorimetry(info))
-        out["memory_layout"] = _median_us(lambda: cuda._memory_layout(cuda.GstCudaMemoryC.from_address(mem), info))
+        ff = frame_format(info)  # what mapped_cuda_frames checks the memory's layout against
+        out["memory_layout"] = _median_us(lambda: cuda._memory_layout(cuda.GstCudaMemoryC.from_address(mem), ff))
     finally:
         nat.gst.gst_memory_unmap(mem, ctypes.byref(mi))
     return out
