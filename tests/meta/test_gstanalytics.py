@@ -136,13 +136,12 @@ def _dump(buf: Gst.Buffer) -> list[tuple[object, ...]]:
     return out
 
 
+@pytest.mark.parametrize("writer", ["compiled loops"], indirect=True)  # it switches to the Python loops itself
 @pytest.mark.parametrize("oriented", [False, True])
 def test_compiled_and_python_loops_write_the_same_metadata(oriented: bool, writer: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from inferstream.meta import gstanalytics
 
-    if writer != "compiled loops":
-        pytest.skip("compares the compiled loops with the Python ones")
     g = torch.Generator().manual_seed(3)
     xy, wh = torch.rand(25, 2, generator=g) * 1800, torch.rand(25, 2, generator=g) * 90 + 1
     dets = Detections(boxes_xyxy=torch.cat([xy, xy + wh], 1), scores=torch.rand(25, generator=g),
