@@ -76,7 +76,7 @@ class Detector:
                                              backend=cfg.backend, trust_checkpoint=cfg.trust_checkpoint,
                                              graph=cfg.graph)
         info = self.backend.info
-        self.input_size: tuple[int, int] = cfg.input_size or info.input_size or DEFAULT_INPUT_SIZE
+        self.input_size: tuple[int, int] = cfg.input_size or info.input_size or _family_size(cfg.family)
         if info.input_size and cfg.input_size and tuple(cfg.input_size) != tuple(info.input_size):
             raise ConfigError(f"input-size {cfg.input_size} differs from the model's fixed input {info.input_size}")
         self.labels: tuple[str, ...] = info.names or cfg.labels or ()
@@ -88,16 +88,19 @@ class Detector:
             raise ConfigError(f"{len(self.labels)} labels given but the model has {self.num_classes} classes")
 
     def _make_decoder(self) -> Decoder:
-        from inferstream.models.registry import detect_family, load_postprocess, make_decoder
+        from inferstream.models.base import Preprocess
+        from inferstream.models.registry import FAMILIES, detect_family, load_postprocess, make_decoder
 
         shapes = [tuple(t.shape) for t in self._dummy_forward(1)]
         self.output_shapes = shapes
-        if self.cfg.postprocess:
+        if self.cfg.postprocess:  # the user's decoder; a named model-family still picks the preprocessing
             self.family = "custom"
+            self.preprocess = FAMILIES[self.cfg.family].preprocess if self.cfg.family in FAMILIES else Preprocess()
             self.num_classes = len(self.cfg.labels or self.backend.info.names or ()) or 1
             return load_postprocess(self.cfg.postprocess)
         self.family = detect_family(shapes, self.backend.info) if self.cfg.family == "auto" else self.cfg.family
-        decoder = make_decoder(self.family, shapes, self.backend.info)
+        decoder = make_decoder(self.family, shapes, self.backend.info, self.input_size)
+        self.preprocess = FAMILIES[self.family].preprocess
         self.num_classes = int(getattr(decoder, "num_classes", 0)) or len(self.backend.info.names or ()) or 1
         return decoder
 
@@ -135,8 +138,14 @@ class Detector:
 
         with torch.inference_mode(), _on_stream(self._stream):
             exact, resize_first = _PREPROCESS[self.cfg.preprocess]
+            spec = self.preprocess
+            if exact is None and spec.resample == "float":  # the family's own predict resizes in float
+                exact = False
             batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype,
-                                         exact=exact, resize_first=resize_first)
+                                         exact=exact, resize_first=resize_first, stretch=spec.resize == "stretch",
+                                         pad_value=spec.pad_value, bgr=spec.bgr,
+                                         mean=spec.mean if spec.normalises else None,
+                                         std=spec.std if spec.normalises else None)
             outputs = self.backend(batch)
             params = params or self.cfg.params
             if hasattr(self.decoder, "flat"):  # the built-in decoders: rows of the whole batch, split on the host
@@ -159,6 +168,13 @@ class Detector:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _family_size(family: str) -> tuple[int, int]:
+    """The input size a named family defaults to (auto-detection needs a size first: the default one)."""
+    from inferstream.models.registry import FAMILIES
+
+    return FAMILIES[family].preprocess.input_size if family in FAMILIES else DEFAULT_INPUT_SIZE
 
 
 def _private_stream(device: torch.device) -> torch.cuda.Stream | None:

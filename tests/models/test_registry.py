@@ -11,8 +11,8 @@ from _reference import yolo_raw
 from inferstream.backends.base import ModelInfo
 from inferstream.detections import Detections
 from inferstream.errors import ConfigError, UnsupportedModelError
-from inferstream.models.base import DecodeParams
-from inferstream.models.registry import FAMILIES, Family, detect_family, load_postprocess, make_decoder
+from inferstream.models.base import DecodeParams, Family
+from inferstream.models.registry import FAMILIES, detect_family, load_postprocess, make_decoder
 from inferstream.models.yolo import AnchorFreeDecoder, EndToEndDecoder, ObbDecoder, ObbEndToEndDecoder
 
 COCO = tuple(f"c{i}" for i in range(80))
@@ -74,13 +74,15 @@ def test_detect_family_rejects_outputs_no_family_fits(shapes: list[tuple[int, ..
 
 
 def test_detect_family_rejects_outputs_several_families_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(FAMILIES, "greedy", Family(lambda s, i: True, lambda s, i: EndToEndDecoder(), "anything"))
+    monkeypatch.setitem(FAMILIES, "greedy", Family("greedy", "anything", lambda s, i: True,
+                                                   lambda s, i, hw: EndToEndDecoder()))
     with pytest.raises(UnsupportedModelError, match=r"fit several families \['yolo', 'greedy'\]: set model-family"):
         detect_family([(1, 84, 8400)], ModelInfo())
 
 
 def test_a_new_family_is_one_table_entry(monkeypatch: pytest.MonkeyPatch) -> None:
-    toy = Family(lambda s, i: len(s) == 2, lambda s, i: EndToEndDecoder(7), "(B, K, 6) plus a second output")
+    toy = Family("toy", "(B, K, 6) plus a second output", lambda s, i: len(s) == 2 and len(s[1]) == 2,
+                 lambda s, i, hw: EndToEndDecoder(7))
     monkeypatch.setitem(FAMILIES, "toy", toy)
     shapes = [(1, 100, 6), (1, 100)]
     assert detect_family(shapes, ModelInfo()) == "toy"
@@ -88,9 +90,9 @@ def test_a_new_family_is_one_table_entry(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_make_decoder_rejects_an_unknown_family() -> None:
-    expected = r"model-family 'detr': expected one of \['yolo', 'yolo-end2end', 'yolo-obb', 'yolo-obb-end2end'\]"
+    expected = r"model-family 'ssd': expected one of \['detr', 'rtdetr', 'yolo', 'yolo-end2end', 'yolo-obb', "
     with pytest.raises(ConfigError, match=expected):
-        make_decoder("detr", [(1, 300, 6)], ModelInfo())
+        make_decoder("ssd", [(1, 300, 6)], ModelInfo())
 
 
 @pytest.mark.parametrize(

@@ -165,3 +165,32 @@ def test_unletterbox_rejects_a_flat_per_box_tensor(fn) -> None:  # type: ignore[
 def test_clip_xyxy_rejects_integer_boxes() -> None:
     with pytest.raises(ValueError, match=r"boxes: expected a float Tensor\[N, 4\], got torch.int64 \(2, 4\)"):
         clip_xyxy(torch.zeros(2, 4, dtype=torch.int64), 10, 10)
+
+
+def test_stretch_float_normalised_batch_matches_torchvision_as_rfdetr_does_it() -> None:
+    """RF-DETR's predict: RGB / 255, ``F.resize(antialias=False)`` to the whole input, ``F.normalize``."""
+    import torchvision.transforms.functional as F
+
+    img = np.ascontiguousarray(bus_bgr()[..., ::-1])  # RGB
+    frame = RawFrame("RGB", img.shape[1], img.shape[0], (torch.from_numpy(img),))
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    batch, lb = preprocess_batch([frame], (384, 384), "cpu", torch.float32, exact=False, stretch=True,
+                                 mean=mean, std=std)
+    ref = F.normalize(F.resize(torch.from_numpy(img).permute(2, 0, 1).float() / 255, [384, 384], antialias=False),
+                      list(mean), list(std))
+    torch.testing.assert_close(batch[0], ref, atol=1e-5, rtol=0)
+    assert (lb.pad_x.item(), lb.pad_y.item()) == (0.0, 0.0)
+    assert (lb.scale_x.item(), lb.scale_y.item()) == pytest.approx((384 / img.shape[1], 384 / img.shape[0]))
+
+
+def test_preprocess_batch_swaps_channels_and_pads_with_the_given_level() -> None:
+    img = np.zeros((10, 20, 3), np.uint8)
+    img[..., 0] = 255  # pure red
+    frame = RawFrame("RGB", 20, 10, (torch.from_numpy(img),))
+    batch, _ = preprocess_batch([frame], (20, 20), "cpu", torch.float32, pad_value=0, bgr=True)
+    assert batch[0, :, 5:15].mean(dim=(1, 2)).tolist() == [0.0, 0.0, 1.0]  # red lands in the last channel
+    assert batch[0, :, :5].abs().max().item() == 0.0  # padding at level 0
+
+
+def test_letterbox_geometry_stretch_fills_the_input() -> None:
+    assert letterbox_geometry((576, 768), (384, 384), stretch=True) == (384, 384, 0, 0)

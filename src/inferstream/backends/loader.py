@@ -223,6 +223,9 @@ def info_from_export_metadata(
         facts["imgsz"] = f"[{imgsz[0]}, {imgsz[1]}]"
     if "stride" in meta:
         facts["stride"] = str(meta["stride"])
+    description = str(meta.get("description", "")).lower()
+    if meta.get("head") == "rtdetr" or "rtdetr" in description or "rt-detr" in description:
+        facts["head"] = "rtdetr"  # RT-DETR's (B, K, 6) rows are normalised cx,cy,w,h: not YOLO end-to-end's
     return ModelInfo(
         input_size=input_size or (imgsz if export_size_is_fixed else None),
         names=names_tuple(meta.get("names")),

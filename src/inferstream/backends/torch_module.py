@@ -220,6 +220,7 @@ def prepare_ultralytics(model: Any, ckpt: dict[str, Any] | None) -> tuple[nn.Mod
         "task": getattr(model, "task", None) or guess_model_task(model),  # type: ignore[no-untyped-call]
         "end2end": bool(getattr(model, "end2end", False)),
         "imgsz": train_args.get("imgsz") if isinstance(train_args, dict) else None,  # the trained size
+        "head": "rtdetr" if type(head).__name__ == "RTDETRDecoder" else None,
     }
     if isinstance(stride, Tensor) and stride.numel():
         meta["stride"] = int(stride.max())

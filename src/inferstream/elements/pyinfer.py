@@ -35,6 +35,7 @@ from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.elements._stream import stream_info_event  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
 from inferstream.inference import PREPROCESS_MODES  # noqa: E402
+from inferstream.models.registry import FAMILIES as MODEL_FAMILIES  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from inferstream.inference import Detector, InferConfig
     from inferstream.models.base import DecodeParams
 
-FAMILIES = ("auto", "yolo", "yolo-end2end", "yolo-obb", "yolo-obb-end2end")
+FAMILIES = ("auto", *MODEL_FAMILIES)
 SWAP_MESSAGE = "inferstream/model-swapped"
 
 
@@ -98,7 +99,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     __gstmetadata__ = (
         "inferstream detector",
         "Filter/Analyzer/Video",
-        "Runs a PyTorch / ONNX detector (YOLO v5u/v8/v11/26, end-to-end, OBB or your own post-processing) on each "
+        "Runs a PyTorch / ONNX detector (YOLO v5u/v8/v11/26, end-to-end, OBB, RF-DETR, RT-DETR, D-FINE or your own "
+        "post-processing) on each "
         "frame, batching frames across the instances of one batch-group, and attaches GstAnalytics "
         "object-detection metadata. Buffers pass through unchanged.",
         "inferstream",
@@ -108,8 +110,9 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     model = props.string("Model", "Model file (.onnx, .pt/.pth TorchScript or checkpoint, ultralytics .pt) or "
                          "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap)",
                          mutable_playing=True)
-    model_family = props.choice("Model family", "Output decoder; auto detects it from the output layout and the "
-                                "model's metadata", FAMILIES, "auto")
+    model_family = props.choice("Model family", "Preprocessing + output decoder; auto detects it from the output "
+                                "layout and the model's metadata. With postprocess set, a named family still picks "
+                                "the preprocessing", FAMILIES, "auto")
     labels = props.string("Labels", "Label file (one per line) or comma-separated list; labels embedded in the "
                           "model file win")
     postprocess = props.string("Post-process", "package.module:function(outputs, params) -> list[Detections] "

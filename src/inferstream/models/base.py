@@ -1,13 +1,18 @@
 """Decoders turn one family's raw outputs into per-frame Detections in model-input pixels."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from inferstream.backends.base import ModelInfo
     from inferstream.detections import Detections
+
+Shape: TypeAlias = "tuple[int | None, ...]"
+"""An output's shape as the backend reports it; a dynamic dimension may be None (or any int < 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +50,74 @@ class FlatDecoder(Decoder, Protocol):
     """
 
     def flat(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections]: ...
+
+
+RESIZES = ("letterbox", "stretch")
+RESULT_KINDS = frozenset({"boxes", "oriented", "masks", "keypoints", "classes"})
+
+
+@dataclass(frozen=True, slots=True)
+class Preprocess:
+    """How a family's models want their input tensor built from a frame (torch-free: read at plugin scan).
+
+    The tensor is ``(rgb / 255 - mean) / std`` per channel (``bgr`` swaps the channel order first), placed by
+    ``resize``: ``letterbox`` keeps the aspect ratio and pads with ``pad_value`` (a level, 0..255; the pad is
+    normalised like the pixels), ``stretch`` fills the whole input (DETR families). ``resample`` is how the
+    family's own predict resizes: ``cv2`` (OpenCV's uint8 ``INTER_LINEAR``, as ultralytics does) or ``float``
+    (bilinear on float RGB, as torchvision's ``F.resize(antialias=False)`` in rfdetr and transformers); it picks
+    ``preprocess=auto``'s path on the CPU. ``input_size`` is the default when neither the model nor the user sets
+    one.
+    """
+
+    resize: str = "letterbox"
+    pad_value: int = 114
+    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    bgr: bool = False
+    resample: str = "cv2"
+    input_size: tuple[int, int] = (640, 640)  # (height, width)
+
+    def __post_init__(self) -> None:
+        if self.resize not in RESIZES:
+            raise ValueError(f"resize={self.resize!r}: expected one of {list(RESIZES)}")
+        if self.resample not in ("cv2", "float"):
+            raise ValueError(f"resample={self.resample!r}: expected 'cv2' or 'float'")
+        if not 0 <= self.pad_value <= 255:
+            raise ValueError(f"pad_value={self.pad_value}: expected a level in 0..255")
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError(f"mean {self.mean} / std {self.std}: expected three values each, std > 0")
+
+    @property
+    def normalises(self) -> bool:
+        """True when the [0, 1] RGB needs the mean/std step (or a channel swap) after resizing."""
+        return self.bgr or self.mean != (0.0, 0.0, 0.0) or self.std != (1.0, 1.0, 1.0)
+
+
+IMAGENET = Preprocess(resize="stretch", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), resample="float")
+"""RF-DETR's and most transformers detectors' preprocessing: stretch, float resize, ImageNet mean/std."""
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One model family: how to recognise its outputs, build its decoder and its input, and what it yields.
+
+    Attributes:
+        name: the ``model-family`` value.
+        layout: its outputs in words (error messages and ``gst-inspect-1.0 pyinfer`` list it).
+        matches: ``(output_shapes, info) -> bool``, whether a model's outputs have this layout (auto-detection).
+        build: ``(output_shapes, info, input_hw) -> Decoder``, checked against the outputs; ``input_hw`` is the
+            (height, width) the model runs at (normalised boxes are scaled by it).
+        preprocess: how frames become the model's input.
+        kinds: which results it yields, a subset of ``RESULT_KINDS``.
+    """
+
+    name: str
+    layout: str
+    matches: Callable[[Sequence[Shape], ModelInfo], bool]
+    build: Callable[[Sequence[Shape], ModelInfo, tuple[int, int]], Decoder]
+    preprocess: Preprocess = Preprocess()
+    kinds: frozenset[str] = frozenset({"boxes"})
+
+    def __post_init__(self) -> None:
+        if not self.kinds <= RESULT_KINDS:
+            raise ValueError(f"family {self.name}: unknown result kinds {sorted(self.kinds - RESULT_KINDS)}")

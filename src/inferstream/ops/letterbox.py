@@ -46,12 +46,14 @@ class Letterbox:
     pad_y: Tensor
 
 
-def letterbox_geometry(frame_hw: tuple[int, int], size_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+def letterbox_geometry(frame_hw: tuple[int, int], size_hw: tuple[int, int],
+                       stretch: bool = False) -> tuple[int, int, int, int]:
     """Where a frame lands inside the model input, as ultralytics' LetterBox computes it.
 
     Args:
         frame_hw: (height, width) of the frame, pixels.
         size_hw: (height, width) of the model input, pixels.
+        stretch: fill the whole input, aspect ratio not kept (DETR families' plain resize).
 
     Returns:
         ``(new_h, new_w, top, left)``: the resized frame's size and its offset inside the input, pixels.
@@ -62,6 +64,8 @@ def letterbox_geometry(frame_hw: tuple[int, int], size_hw: tuple[int, int]) -> t
     _check_size(frame_hw, "frame_hw")
     _check_size(size_hw, "size_hw")
     (h, w), (th, tw) = frame_hw, size_hw
+    if stretch:
+        return th, tw, 0, 0
     r = min(th / h, tw / w)
     new_w, new_h = max(round(w * r), 1), max(round(h * r), 1)
     return new_h, new_w, round((th - new_h) / 2 - 0.1), round((tw - new_w) / 2 - 0.1)
@@ -75,6 +79,11 @@ def preprocess_batch(
     *,
     exact: bool | None = None,
     resize_first: bool = False,
+    stretch: bool = False,
+    pad_value: int = PAD_VALUE,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    bgr: bool = False,
 ) -> tuple[Tensor, Letterbox]:
     """Colour-convert, resize and letterbox a batch of frames into one model input.
 
@@ -92,9 +101,15 @@ def preprocess_batch(
             more than most models.
         resize_first: with the fast path, resize YUV planes before converting them (``fast_letterbox``'s
             cheapest mode, tens of levels off at saturated edges).
+        stretch: resize every frame to the whole input (no letterbox, no padding).
+        pad_value: the padding's level (0..255).
+        mean, std: per-channel normalisation of the [0, 1] values, ``(x - mean) / std``, applied to the whole
+            batch at once after the resize (padding included); None: none.
+        bgr: channels in B, G, R order.
 
     Returns:
-        ``(batch, letterbox)``: ``Tensor[B, 3, H, W]`` RGB in [0, 1] (padding 114/255) and the per-frame transform.
+        ``(batch, letterbox)``: ``Tensor[B, 3, H, W]`` (RGB in [0, 1] and padding ``pad_value / 255`` unless
+        normalised or swapped) and the per-frame transform.
 
     Raises:
         ValueError: no frames, a bad ``size_hw``, a non-floating ``dtype``, or a frame ``to_rgb`` rejects.
@@ -105,7 +120,7 @@ def preprocess_batch(
     if not dtype.is_floating_point:
         raise ValueError(f"dtype: expected a floating dtype, got {dtype}")
     th, tw = size_hw
-    out = torch.full((len(frames), 3, th, tw), PAD_VALUE / 255, dtype=dtype, device=device)
+    out = torch.full((len(frames), 3, th, tw), pad_value / 255, dtype=dtype, device=device)
     groups: dict[tuple[str, int, int, str, bool], list[int]] = {}
     for i, f in enumerate(frames):
         groups.setdefault((f.format, f.width, f.height, f.matrix, f.full_range), []).append(i)
@@ -113,7 +128,7 @@ def preprocess_batch(
     if exact is None:
         exact = torch.device(device).type != "cuda"
     for (_, w, h, _, _), idx in groups.items():
-        new_h, new_w, top, left = letterbox_geometry((h, w), size_hw)
+        new_h, new_w, top, left = letterbox_geometry((h, w), size_hw, stretch)
         group = [frames[i] for i in idx]
         adjacent = idx[-1] - idx[0] == len(idx) - 1
         rows = slice(idx[0], idx[-1] + 1) if adjacent else torch.tensor(idx, device=device)
@@ -127,9 +142,40 @@ def preprocess_batch(
                                           resize_first=resize_first)
         for i in idx:
             geometry[4 * i : 4 * i + 4] = (new_w / w, new_h / h, float(left), float(top))
+    if bgr:
+        out = out.flip(1)
+    if mean is not None or std is not None:
+        out = normalise_(out, mean or (0.0, 0.0, 0.0), std or (1.0, 1.0, 1.0))
     # on the host: boxes are mapped back there after their one copy (a device copy here would cost a GIL hand-off)
     lb = torch.tensor(geometry, dtype=torch.float32).view(len(frames), 4).T.contiguous()
     return out, Letterbox(scale_x=lb[0], scale_y=lb[1], pad_x=lb[2], pad_y=lb[3])
+
+
+def normalise_(batch: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
+    """``(batch - mean) / std`` per channel, in place.
+
+    Args:
+        batch (Tensor[B, 3, H, W]): floating values in [0, 1].
+        mean, std: three values each (channel order of ``batch``).
+
+    Returns:
+        ``batch``, normalised.
+
+    Raises:
+        ValueError: not three values each, or a std that is not positive.
+    """
+    if len(mean) != 3 or len(std) != 3 or min(std) <= 0:
+        raise ValueError(f"mean {tuple(mean)} / std {tuple(std)}: expected three values each, std > 0")
+    m, s = _channel_constants(tuple(mean), tuple(std), batch.dtype, batch.device)
+    return batch.sub_(m).div_(s)
+
+
+@functools.lru_cache(maxsize=16)
+def _channel_constants(mean: tuple[float, ...], std: tuple[float, ...], dtype: torch.dtype,
+                       device: torch.device) -> tuple[Tensor, Tensor]:
+    """``mean`` and ``std`` as ``[1, 3, 1, 1]`` tensors on ``device``, made once (no upload per batch)."""
+    return (torch.tensor(mean, dtype=dtype, device=device).view(1, 3, 1, 1),
+            torch.tensor(std, dtype=dtype, device=device).view(1, 3, 1, 1))
 
 
 def unletterbox_xyxy(boxes: Tensor, scale_x: Param, scale_y: Param, pad_x: Param, pad_y: Param) -> Tensor:
