@@ -42,3 +42,20 @@ def person_pt() -> Path:
     from inferstream.data import person_detector
 
     return person_detector("pt")
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):  # noqa: ANN201 (a generator fixture)
+    """A real 96 KiB filesystem (tmpfs mounted with size=, needs root) that fills up with ENOSPC; unmounted after."""
+    import subprocess
+
+    mount = tmp_path / "small-fs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
