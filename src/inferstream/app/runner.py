@@ -346,7 +346,8 @@ class Runner:
     def _on_stream_error(self, stream: _Stream, msg: Gst.Message) -> None:
         err, debug = msg.parse_error()
         detail = _last_line(debug)
-        text = err.message + (f" ({detail})" if detail and detail not in err.message else "")
+        same = detail.split(": ", 1)[-1] in err.message  # "SomeError: <the message again>"
+        text = err.message + (f" ({detail})" if detail and not same else "")
         where = f"{stream.plan.kind} {stream.plan.target}"
         stream.counters.finish("failed", text)
         self.console.message(f"stream {stream.plan.id} ({where}) failed: {text}", error=True)
