@@ -20,7 +20,7 @@ from app.media import BLOBS, decoded_frames
 
 def _cli(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "inferstream.app.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=os.environ.copy(), **kw)
+                          check=False, timeout=120, env=os.environ.copy(), **kw)
 
 
 def _config(tmp_path: Path, sink_path: str, **extra: Any) -> Path:
@@ -57,7 +57,8 @@ def test_stop_signal_finishes_a_playable_mp4_and_exits_128_plus_n(tmp_path: Path
     assert summary, out
     mp4 = tmp_path / "live.mp4"
     assert decoded_frames(mp4) == int(summary.group(1)) >= 10
-    found = subprocess.run(["gst-discoverer-1.0", str(mp4)], capture_output=True, text=True, timeout=60).stdout
+    found = subprocess.run(["gst-discoverer-1.0", str(mp4)], capture_output=True, text=True, timeout=60,
+                           check=False).stdout
     assert "video #" in found and "H.264" in found, found
 
 

@@ -63,7 +63,6 @@ def _run(args: argparse.Namespace) -> int:
     from inferstream.app.console import make_console
     from inferstream.app.pipeline import build_plan, launch_line
     from inferstream.app.runner import Runner
-
     from inferstream.messaging.brokers.base import ENV_PASSWORD, redact_credentials
 
     plan = build_plan(load_config(args.config))
@@ -110,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the CLI's one catch-all: one line instead of a traceback
         if args.debug:
             import traceback
 

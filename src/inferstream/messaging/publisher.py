@@ -163,10 +163,7 @@ class Publisher:
         self._recovered = len(self._spool) if self._spool is not None else 0
         self._in_memory = 0
         self._in_spool = self._recovered
-        self._reported_drops = 0
-        self._last_drop_report = 0.0
-        self._reported_disk_errors = 0
-        self._last_disk_report = 0.0
+        self._reported: dict[str, tuple[int, float]] = {}  # what: (count last reported, when)
 
     @classmethod
     def for_broker(cls, proto: str, conn_str: str, config: PublisherConfig | None = None, *,
@@ -359,15 +356,22 @@ class Publisher:
 
     def _report_disk_errors(self) -> None:
         assert self._spool is not None
-        errors, now = self._spool.write_errors, time.monotonic()
-        if errors > self._reported_disk_errors and (not self._reported_disk_errors
-                                                    or now - self._last_disk_report >= self.config.warn_interval):
+        if self._due("disk", self._spool.write_errors) is not None:
             exc = self._spool.last_error
             why = exc.strerror if exc is not None and exc.strerror else str(exc)
             self._emit("warning", "spool-write-failed",
                        f"spool {self._spool.dir}: {why}; {self.config.full_policy} applied "
                        f"({self._dropped_buffer} message(s) dropped so far, {len(self._spool)} kept on disk)")
-            self._reported_disk_errors, self._last_disk_report = errors, now
+
+    def _due(self, what: str, count: int) -> int | None:
+        """The count last reported for ``what`` when ``count`` grew and a report is due (the first at once, then at
+        most every ``warn_interval``), else None."""
+        last, at = self._reported.get(what, (0, 0.0))
+        now = time.monotonic()
+        if count <= last or (last and now - at < self.config.warn_interval):
+            return None
+        self._reported[what] = (count, now)
+        return last
 
     def _count_buffer_drops(self, n: int) -> None:
         with self._changed:
@@ -376,13 +380,10 @@ class Publisher:
 
     def _report_drops(self) -> None:
         total = self._dropped_queue + self._dropped_buffer
-        now = time.monotonic()
-        if total > self._reported_drops and (not self._reported_drops
-                                             or now - self._last_drop_report >= self.config.warn_interval):
+        if (last := self._due("drops", total)) is not None:
             code = "queue-full" if self._dropped_queue else "buffer-full"
-            self._emit("warning", code, f"dropped {total - self._reported_drops} message(s) "
+            self._emit("warning", code, f"dropped {total - last} message(s) "
                        f"({self._dropped_queue} at a full inbox, {self._dropped_buffer} at full buffers so far)")
-            self._reported_drops, self._last_drop_report = total, now
 
     def _send_one_batch(self) -> bool:
         """Publish the oldest batch (spool first); False when there was nothing to send."""

@@ -45,6 +45,7 @@ FsyncPolicy = Literal["write", "never"]
 FullPolicy = Literal["drop-oldest", "drop-newest"]
 _HEAD: Final = struct.Struct("<IIHH")  # crc, payload_len, topic_len, key_len
 _NO_KEY: Final = 0xFFFF
+_Blobs = Sequence[bytes]  # encoded records (module level: Spool.bytes shadows the builtin in the class)
 
 
 class SpoolLockedError(InferstreamError):
@@ -232,7 +233,7 @@ class Spool:
         self.appended += written
         return dropped + len(blobs) - written
 
-    def _write(self, blobs: Sequence[bytes]) -> int:
+    def _write(self, blobs: _Blobs) -> int:
         """Write whole records, rolling segments; stops at the first OSError and returns how many were written."""
         done, created = 0, False
         try:
@@ -258,7 +259,7 @@ class Spool:
                 self._disk_error(exc)
         return done
 
-    def _write_chunk(self, blobs: Sequence[bytes]) -> int:
+    def _write_chunk(self, blobs: _Blobs) -> int:
         """One write of records to the current segment; returns how many were written whole. On OSError the
         partial tail is cut off again and the error counted."""
         assert self._writer is not None

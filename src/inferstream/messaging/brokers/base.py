@@ -26,7 +26,8 @@ from inferstream.errors import ConfigError, InferstreamError
 
 ENV_USERNAME: Final = "INFERSTREAM_BROKER_USERNAME"
 ENV_PASSWORD: Final = "INFERSTREAM_BROKER_PASSWORD"
-_URL_PASSWORD: Final = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@;'\"]*):[^\s'\"]*@")
+# scheme://user:password@ (the user part never starts with "[": "mqtt://[user:pass@]host" is a format hint)
+_URL_PASSWORD: Final = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@;'\"\[\]]*):[^\s'\"]*@")
 
 
 def redact_credentials(text: str) -> str:
