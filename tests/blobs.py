@@ -81,3 +81,17 @@ def only_red_postprocess(outputs: list[torch.Tensor], params: object) -> list:
 
 def third_blob_detector() -> nn.Module:
     return ColorBlobDetector(6).eval()
+
+
+class _FailsAfterWarmup(ColorBlobDetector):
+    """Passes loading and warm-up (all-zero dummy batches), then fails on every real frame: what a hot swap must
+    survive."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.abs().amax() > 0):
+            raise RuntimeError("the model broke on real frames")
+        return super().forward(x)
+
+
+def fails_after_warmup() -> nn.Module:
+    return _FailsAfterWarmup(3).eval()

@@ -8,7 +8,8 @@ until their frame is done, so the batch's thread does not compete with them for 
 ``serial.priority`` section, so shared workers (pytracker's) hold their jobs back meanwhile too. A batch is "full" at
 ``batch_size`` frames or when every live member has a frame waiting, so a stream that ended (``leave``) is never
 waited for. Model swaps happen between batches, under the same lock that runs them: every frame is inferred by
-exactly one model.
+exactly one model. The replaced model stays loaded until the new one has inferred its first real batch: if that
+batch fails (a model that passed warm-up but breaks on real frames), the old one is put back and infers it.
 """
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ class BatchGroup:
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()  # held while a batch maps and infers
         self._deliver_lock = threading.Lock()  # held while a batch delivers; taken before _run_lock is let go
+        self._fallback: tuple[Detector, Callable[[Detector, BaseException], None] | None] | None = None
 
     # membership -------------------------------------------------------------------------------------------
     @property
@@ -233,12 +235,30 @@ class BatchGroup:
             return []
         try:
             # frames with other thresholds could share a forward pass; keep it simple: the group's params
-            results = self.detector.infer(frames, ready[0].params)
+            results = self._infer_or_roll_back(frames, ready[0].params)
         except BaseException as exc:
             for s in ready:
                 s.error = exc
             return []
         return list(zip(ready, results))
+
+    def _infer_or_roll_back(self, frames: list[RawFrame], params: DecodeParams) -> list[Detections]:
+        """Infer; the first batch of a swapped-in model that fails is inferred again by the model it replaced."""
+        fallback, self._fallback = self._fallback, None
+        try:
+            results = self.detector.infer(frames, params)
+        except Exception as exc:
+            if fallback is None:
+                raise
+            failed, (self.detector, on_rollback) = self.detector, fallback
+            self.cfg = self.detector.cfg
+            failed.close()
+            if on_rollback is not None:
+                on_rollback(failed, exc)
+            return self.detector.infer(frames, params)
+        if fallback is not None:
+            fallback[0].close()  # the new model has proved itself on real frames
+        return results
 
     @staticmethod
     def _deliver(inferred: list[tuple[_Slot, Detections]], detector: Detector) -> None:
@@ -256,10 +276,17 @@ class BatchGroup:
         for run, items in follow_ups.items():
             run(items)
 
-    def swap(self, detector: Detector) -> Detector:
-        """Install ``detector`` between two batches; returns the old one (the caller closes it)."""
+    def swap(self, detector: Detector,
+             on_rollback: Callable[[Detector, BaseException], None] | None = None) -> Detector:
+        """Install ``detector`` between two batches; returns the old one, which the group keeps (and closes once
+        the new one has inferred a batch). Should that first batch fail, the old one comes back, infers it, and
+        ``on_rollback(failed_detector, error)`` is called on the batch's thread (the group closes the failed one)."""
         with self._run_lock, self._deliver_lock:
             old, self.detector = self.detector, detector
+            if self._fallback is not None:  # a swap before the previous new model ran a batch: keep the proven one
+                old.close()
+                old = self._fallback[0]
+            self._fallback = (old, on_rollback)
             self.cfg = detector.cfg
             return old
 
@@ -294,3 +321,5 @@ def release_group(group: BatchGroup) -> None:
         if group.release() == 0:
             _GROUPS.pop(group.name, None)
             group.detector.close()
+            if group._fallback is not None:
+                group._fallback[0].close()

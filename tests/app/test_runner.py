@@ -67,6 +67,18 @@ def test_run_bad_file_fails_that_stream_only(clips: list[Path], tmp_path: Path, 
     assert not (tmp_path / "out" / "gone.mp4").exists()  # no empty MP4 left behind
 
 
+@pytest.mark.parametrize("container", ["mp4", "avi"])
+def test_run_max_frames_gives_exactly_that_many_frames(clips: list[Path], vtest: Path, tmp_path: Path,
+                                                       container: str) -> None:
+    """identity eos-after alone let an H.264 decoder drain one more frame from an MP4 (N+1)."""
+    source = clips[3] if container == "mp4" else vtest  # 12-frame H.264 MP4; OpenCV's vtest.avi (MPEG-4 part 2)
+    cfg = {"sources": [{"id": "s", "file": str(source), "max-frames": 5}], "infer": BLOBS,
+           "sink": {"type": "file", "path": str(tmp_path / "{id}.mp4")}}
+    result = run(cfg)
+    assert result.exit_code == 0 and result.frames == {"s": 5}
+    assert decoded_frames(tmp_path / "s.mp4") == 5
+
+
 def test_run_unreachable_rtsp_fails_that_stream_only(clips: list[Path]) -> None:
     cfg = {"sources": [{"id": "cam", "uri": "rtsp://127.0.0.1:9/nothing"}, {"id": "clip", "file": str(clips[0])}],
            "infer": BLOBS}

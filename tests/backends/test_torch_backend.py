@@ -99,6 +99,15 @@ def test_torch_backend_text_file_is_unsupported(tmp_path: Path) -> None:
         load_backend(str(path), trust_checkpoint=True)
 
 
+def test_torch_backend_random_bytes_pt_names_trust_checkpoint_not_torch_advice(tmp_path: Path) -> None:
+    path = tmp_path / "random.pt"  # random bytes starting with a pickle opcode torch's weights-only loader refuses
+    path.write_bytes(b"T" + torch.randint(0, 256, (4095,), generator=torch.Generator().manual_seed(3),
+                                          dtype=torch.uint8).numpy().tobytes())
+    with pytest.raises(UnsupportedModelError, match=r"random\.pt is not a PyTorch model file") as info:
+        load_backend(str(path))
+    assert "trust-checkpoint=true" in str(info.value) and "weights_only` set to `False" not in str(info.value)
+
+
 def test_torch_backend_random_torchscript_is_unsupported(tmp_path: Path) -> None:
     path = tmp_path / "model.torchscript"
     path.write_bytes(torch.randint(0, 256, (4096,), dtype=torch.uint8).numpy().tobytes())

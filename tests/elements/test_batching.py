@@ -82,7 +82,9 @@ def _model_of(buf: Gst.Buffer) -> tuple[int, str]:
     return frame_index(buf), model
 
 
-def _swap_run(requests: list[str], at: int = 300, frames: int = 600) -> tuple[list[tuple[int, str]], object]:
+def _swap_run(requests: list[str], at: int = 300, frames: int = 600) -> tuple[list[tuple[int, str]], object, str]:
+    """Frames (index, model A/B/C) seen after swapping to ``requests`` at frame ``at``, the run, and what the
+    ``model`` property reads at the end."""
     desc = ("appsrc name=src0 ! pyinfer name=inf0 model=blobs:color_blob_detector model-family=yolo-end2end "
             f"labels={LABELS} input-size=160 ! identity name=out ! fakesink sync=false")
     issued: list[bool] = []
@@ -102,12 +104,12 @@ def _swap_run(requests: list[str], at: int = 300, frames: int = 600) -> tuple[li
         feed(pipeline.get_by_name("src0"), 0, frames, 96, 64)
 
     result = run_pipeline(desc, {"out": maybe_swap}, timeout_s=180, before_play=start)
-    return result.seen["out"], result
+    return result.seen["out"], result, pipeline_ref[0].get_by_name("inf0").get_property("model")
 
 
 def test_hot_swap_every_frame_inferred_by_exactly_one_model() -> None:
-    seen, result = _swap_run(["blobs:shifted_blob_detector"])
-    assert result.eos and not result.errors
+    seen, result, model = _swap_run(["blobs:shifted_blob_detector"])
+    assert result.eos and not result.errors and model == "blobs:shifted_blob_detector"
     assert [i for i, _ in seen] == list(range(600)), "frames lost, duplicated or reordered"
     models = [m for _, m in seen]
     switch = models.index("B")
@@ -122,14 +124,25 @@ def test_hot_swap_every_frame_inferred_by_exactly_one_model() -> None:
 def test_hot_swap_to_a_broken_model_keeps_the_old_one_and_warns(tmp_path: Path) -> None:
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(b"\x00garbage" * 64)
-    seen, result = _swap_run([str(broken)])
+    seen, result, model = _swap_run([str(broken)])
     assert result.eos and not result.errors
     assert {m for _, m in seen} == {"A"} and len(seen) == 600
     assert any("broken.onnx" in w for w in result.warnings)
+    assert model == "blobs:color_blob_detector"  # the property reads the model that runs, not the one that failed
+
+
+def test_hot_swap_to_a_model_failing_on_real_frames_rolls_back() -> None:
+    """It passes warm-up, so it is swapped in; its first real batch fails: the old model infers that batch and
+    goes on, nothing is lost and the pipeline does not stop."""
+    seen, result, model = _swap_run(["blobs:fails_after_warmup"])
+    assert result.eos and not result.errors
+    assert [i for i, _ in seen] == list(range(600)) and {m for _, m in seen} == {"A"}
+    assert any("fails_after_warmup" in w and "rolled back" in w for w in result.warnings), result.warnings
+    assert model == "blobs:color_blob_detector"
 
 
 def test_hot_swap_newer_request_wins_and_older_is_reported() -> None:
-    seen, result = _swap_run(["blobs:shifted_blob_detector", "blobs:third_blob_detector"])
+    seen, result, _model = _swap_run(["blobs:shifted_blob_detector", "blobs:third_blob_detector"])
     assert result.eos and not result.errors
     models = [m for _, m in seen]
     assert "B" not in models and models[-1] == "C" and len(seen) == 600

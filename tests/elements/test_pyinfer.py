@@ -163,6 +163,16 @@ def test_pyinfer_exception_during_inference_is_a_bus_error_not_a_hang() -> None:
     assert result.errors and "inference failed" in result.errors[0] and "third batch" in result.errors[0]
 
 
+def test_pyinfer_long_comma_labels_list_is_a_list_not_a_file_name() -> None:
+    """300 labels (longer than a file name may be): the list is used, not tried as a path ("File name too long")."""
+    labels = ",".join(["red", "green", "blue"] + [f"class-number-{i}" for i in range(300)])
+    result = run_pipeline("videotestsrc pattern=smpte num-buffers=2 ! video/x-raw,format=RGB,width=320,height=240 "
+                          "! pyinfer name=dut model=blobs:color_blob_detector model-family=yolo-end2end "
+                          f"labels={labels} ! fakesink", {"dut": labelled_boxes})
+    assert not result.errors
+    assert all(set(names) <= {"red", "green", "blue"} and names for names, _ in result.seen["dut"])
+
+
 def test_pyinfer_user_postprocess_function_is_used() -> None:
     result = run_pipeline("videotestsrc pattern=smpte num-buffers=2 ! video/x-raw,format=RGB,width=320,height=240 "
                           f"! pyinfer name=dut {BLOBS} postprocess=blobs:only_red_postprocess ! fakesink",

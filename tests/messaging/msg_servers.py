@@ -123,6 +123,26 @@ class Redis(BrokerServer):
                 "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no"], {}
 
 
+class PasswordRedis(Redis):
+    """redis-server that wants ``PASSWORD`` (``requirepass``): for the refused-credentials tests."""
+
+    PASSWORD = "the-right-one"
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        cmd, env = super().command()
+        return [*cmd, "--requirepass", self.PASSWORD], env
+
+
+class ClosedMosquitto(Mosquitto):
+    """mosquitto refusing anonymous clients (CONNACK "Not authorized"): for the refused-credentials tests."""
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        cmd, env = super().command()
+        conf = self.dir / "mosquitto.conf"
+        conf.write_text(conf.read_text().replace("allow_anonymous true", "allow_anonymous false"))
+        return cmd, env
+
+
 class RabbitMQ(BrokerServer):
     """RabbitMQ node ``inferstream-<port>@localhost`` with its own epmd; mnesia kept across restarts."""
 

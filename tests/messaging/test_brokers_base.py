@@ -76,3 +76,16 @@ def test_broker_table_targets_import() -> None:
 def test_create_client_rejects_unknown_protocol() -> None:
     with pytest.raises(ConnStrError, match="unknown broker protocol 'kafka'"):
         create_client(Endpoint("kafka", "h", 9092))
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("conn-str=mqtt://user:s3cret@host:1883 x", "conn-str=mqtt://user:***@host:1883 x"),
+    ("'redis://:s3cret@h/0'", "'redis://:***@h/0'"),
+    ("amqps://u:p@ss/w@h/vhost", "amqps://u:***@h/vhost"),  # an unquoted @ or / in the password
+    ("mqtt://host:1883 mqtt://user@h", "mqtt://host:1883 mqtt://user@h"),  # nothing secret
+    ("expected 'mqtt://[user:pass@]host[:port]'", "expected 'mqtt://[user:pass@]host[:port]'"),  # a format hint
+])
+def test_redact_credentials_hides_url_passwords_only(text: str, expected: str) -> None:
+    from inferstream.messaging.brokers import redact_credentials
+
+    assert redact_credentials(text) == expected

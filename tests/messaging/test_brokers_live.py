@@ -18,10 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from msg_servers import BrokerServer, free_port
+from msg_servers import BINARIES, BrokerServer, ClosedMosquitto, PasswordRedis, free_port
 from msg_subscribers import MqttSubscriber, amqp_read_all, redis_read_all
 
-from inferstream.messaging.brokers import BrokerUnavailableError, create_client, parse_conn_str
+from inferstream.messaging.brokers import (
+    BrokerRejectedError,
+    BrokerUnavailableError,
+    create_client,
+    parse_conn_str,
+)
 from inferstream.messaging.publisher import Publisher, PublisherConfig, PublisherEvent
 
 PROTOCOLS = ["mqtt", "redis", "amqp"]
@@ -245,3 +250,54 @@ def test_amqp_client_unroutable_is_an_error(confirm: str, server_for: Callable[[
 def test_amqp_client_rejects_unknown_confirm_mode() -> None:
     with pytest.raises(ValueError, match="confirm must be 'tx' or 'confirms'"):
         create_client(parse_conn_str("amqp", "127.0.0.1;1"), confirm="maybe")
+
+
+@pytest.mark.parametrize("proto", PROTOCOLS)
+def test_refused_credentials_are_rejected_at_start_not_retried(proto: str, tmp_path: Path,
+                                                               server_for: Callable[[str], BrokerServer]) -> None:
+    """mosquitto without anonymous access, redis with requirepass, RabbitMQ with a wrong password: start() raises
+    BrokerRejectedError although fail_fast is off (retrying cannot fix a password)."""
+    if proto == "amqp":
+        server, conn = server_for("amqp"), f"amqp://guest:wrong-pw@127.0.0.1:{server_for('amqp').port}"
+    else:
+        if BINARIES[proto] is None:
+            pytest.skip(f"{proto} server not installed")
+        server = (ClosedMosquitto if proto == "mqtt" else PasswordRedis)(tmp_path / proto)
+        server.start()
+        conn = f"{proto}://someone:wrong-pw@127.0.0.1:{server.port}"
+    events: list[PublisherEvent] = []
+    pub = Publisher.for_broker(proto, conn, PublisherConfig(spool_dir=tmp_path / "spool", connect_timeout=5.0),
+                               on_event=events.append)
+    try:
+        with pytest.raises(BrokerRejectedError, match="refused us") as info:
+            pub.start()
+    finally:
+        if proto != "amqp":
+            server.close()
+    assert "wrong-pw" not in str(info.value)
+    assert not any(e.code == "connect-failed" for e in events)  # no "retrying with backoff"
+
+
+def test_publisher_stops_with_an_error_when_the_broker_rejects_messages(tmp_path: Path,
+                                                                      server_for: Callable[[str], BrokerServer]
+                                                                      ) -> None:
+    """Redis answers WRONGTYPE (the stream key holds a string): permanent, so an error at once and the worker
+    stops, keeping the messages in the spool, instead of resending them forever."""
+    import redis
+
+    server = server_for("redis")
+    topic = f"wrongtype-{uuid.uuid4().hex[:8]}"
+    redis.Redis(port=server.port).set(topic, "not a stream")
+    events: list[PublisherEvent] = []
+    pub = _publisher("redis", server.port, tmp_path / "spool", events)
+    pub.start()
+    for i in range(10):
+        pub.submit(topic, _payload(i))
+    deadline = time.monotonic() + 10
+    while not any(e.code == "rejected" for e in events) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    report = pub.close(1.0)
+    rejected = [e for e in events if e.code == "rejected"]
+    assert len(rejected) == 1 and rejected[0].level == "error" and "WRONGTYPE" in rejected[0].text
+    assert not any(e.code in ("disconnected", "connected") for e in events)  # no resend-and-reconnect loop
+    assert (report.delivered, report.pending, report.spooled) == (0, 10, 10)  # kept for a later run

@@ -123,3 +123,22 @@ def test_spool_rejects_bad_settings(tmp_path: Path, kwargs: dict[str, Any], matc
 def test_encode_rejects_huge_topic() -> None:
     with pytest.raises(ValueError, match="topic and key must be shorter than 65535 bytes"):
         encode(Message("t" * 70000, b""))
+
+
+@pytest.mark.parametrize("policy", ["drop-oldest", "drop-newest"])
+def test_spool_full_disk_applies_policy_and_never_tears_a_record(small_fs: Path, policy: str) -> None:
+    """A real filesystem running out of space (ENOSPC) mid-append: no OSError escapes, every message is either
+    kept whole or counted as dropped, and reopening reads back exactly the kept ones (no torn tail)."""
+    spool = Spool(small_fs / "spool", max_bytes=1 << 30, segment_bytes=8 << 10, full_policy=policy, fsync="write")
+    dropped = sum(spool.append(_msgs(start, 25, size=200)) for start in range(0, 2000, 25))
+    kept = len(spool)
+    assert spool.write_errors > 0 and spool.last_error is not None and spool.last_error.errno == 28
+    assert dropped > 0 and kept > 0 and dropped + kept == 2000
+    spool.close()
+    reopened = Spool(small_fs / "spool", max_bytes=1 << 30, segment_bytes=8 << 10, full_policy=policy)
+    assert reopened.corrupt == 0 and len(reopened) == kept
+    seqs = [int(m.payload[:8]) for m in _drain(reopened)]
+    # drop-oldest gave back whole old segments: the newest survive; drop-newest refused what came last
+    expected = list(range(2000 - kept, 2000)) if policy == "drop-oldest" else list(range(kept))
+    assert seqs == expected
+    reopened.close()

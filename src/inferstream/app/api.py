@@ -17,12 +17,13 @@ def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metri
         config: path of a YAML config, or its content as a mapping.
         console: ``quiet`` (summary only), ``plain``, ``rich`` or ``auto`` (as ``inferstream run --console``).
         metrics_port: serve Prometheus text on 127.0.0.1:port while running (0: any free port).
-        eos_timeout_s: after Ctrl-C, how long streams may take to finish their files.
+        eos_timeout_s: after Ctrl-C (SIGTERM, SIGHUP), how long streams may take to finish their files.
         frame_hooks: ``fn(stream_id, frame_index, buffer)`` called on each frame after the last analytics element.
         interval_s: seconds between two status lines of the plain console.
 
     Returns:
-        The RunResult: exit code (0 done, 1 a stream failed, 130 interrupted), per-stream counts and errors, outputs.
+        The RunResult: exit code (0 done, 1 a stream failed, 3 events lost, 128 + N stopped by signal N), per-stream
+        counts, errors and event losses, outputs.
 
     Raises:
         inferstream.app.config.ConfigFileError: the config is invalid (every problem with key path and line).

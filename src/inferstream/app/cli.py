@@ -1,7 +1,9 @@
 """The ``inferstream`` command: run | demo | bench.
 
-Exit codes: 0 done; 1 a stream failed (or the run could not start); 2 invalid config or usage; 130 Ctrl-C.
-User errors print one readable message, never a traceback.
+Exit codes (also in README and ``--help``): 0 done; 1 a stream failed, or the run could not start; 2 invalid
+config or usage; 3 events lost (dropped by drop-policy or undelivered at stop); 70 internal error (a bug);
+128 + N stopped by signal N after finishing the files (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
+Every error prints one line (what, where, how to fix) with credentials redacted; ``--debug`` adds the traceback.
 """
 from __future__ import annotations
 
@@ -11,25 +13,34 @@ from collections.abc import Sequence
 from pathlib import Path
 
 EXIT_CONFIG = 2
+EXIT_INTERNAL = 70  # EX_SOFTWARE
+EXIT_CODES = ("exit codes: 0 done, 1 a stream failed or the run could not start, 2 invalid config or usage, "
+              "3 events lost, 70 internal error, 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)")
 
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="inferstream", description="Video analytics pipelines from a YAML config.",
-                                 epilog="exit codes: 0 done, 1 a stream failed, 2 invalid config, 130 Ctrl-C")
+                                 epilog=EXIT_CODES)
+    ap.add_argument("--debug", action="store_true", help="show Python tracebacks of errors")
     sub = ap.add_subparsers(dest="command", required=True)
 
+    def debug_option(p: argparse.ArgumentParser) -> None:  # also accepted after the command
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show Python tracebacks")
+
     def live_options(p: argparse.ArgumentParser) -> None:
+        debug_option(p)
         p.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port)")
         p.add_argument("--console", choices=("auto", "rich", "plain", "quiet"), default="auto",
                        help="live display: rich table on a terminal, plain lines, or only the summary")
         p.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between plain lines")
         p.add_argument("--eos-timeout", type=float, default=10.0, metavar="S",
-                       help="after Ctrl-C, how long the streams may take to finish their files")
+                       help="after Ctrl-C / SIGTERM / SIGHUP, how long the streams may take to finish their files")
 
     run = sub.add_parser("run", help="run a pipeline config")
     run.add_argument("config", type=Path, help="YAML config (see examples/)")
-    run.add_argument("--print-pipeline", action="store_true", help="print the gst-launch-1.0 line and exit")
+    run.add_argument("--print-pipeline", action="store_true",
+                     help="print the gst-launch-1.0 line (conn-str passwords as ***) and exit")
     live_options(run)
 
     demo = sub.add_parser("demo", help="vtest.avi + person detector (+ tracker) + OSD -> MP4 and events.jsonl")
@@ -39,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     live_options(demo)
 
     bench = sub.add_parser("bench", help="run the scripts in bench/ and print their tables")
+    debug_option(bench)
     bench.add_argument("--dir", type=Path, help="folder of benchmark scripts (default: the repository's bench/)")
     bench.add_argument("--only", metavar="NAME", help="only scripts whose name contains NAME")
     bench.add_argument("--out", type=Path, metavar="FILE", help="also write the markdown to FILE (BENCHMARKS.md)")
@@ -51,10 +63,15 @@ def _run(args: argparse.Namespace) -> int:
     from inferstream.app.console import make_console
     from inferstream.app.pipeline import build_plan, launch_line
     from inferstream.app.runner import Runner
+    from inferstream.messaging.brokers.base import ENV_PASSWORD, redact_credentials
 
     plan = build_plan(load_config(args.config))
     if args.print_pipeline:
-        print(launch_line(plan))
+        line = launch_line(plan)
+        print(redact_credentials(line))
+        if redact_credentials(line) != line:
+            print(f"inferstream: passwords shown as ***: give them to gst-launch-1.0 in {ENV_PASSWORD} (or a "
+                  "credentials file: pymsgbroker config=...)", file=sys.stderr)
         return 0
     console = make_console(args.console, args.interval)
     return Runner(plan, console, args.metrics_port, args.eos_timeout).run().exit_code
@@ -76,6 +93,12 @@ def _bench(args: argparse.Namespace) -> int:
     return bench(args.dir, args.out, args.only, extra)
 
 
+def _say(text: str) -> None:
+    from inferstream.messaging.brokers.base import redact_credentials
+
+    print(f"inferstream: {redact_credentials(text)}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from inferstream.app.config import ConfigFileError
@@ -83,15 +106,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return {"run": _run, "demo": _demo, "bench": _bench}[args.command](args)
-    except ConfigFileError as exc:
-        print(f"inferstream: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except (InferstreamError, FileNotFoundError) as exc:
-        print(f"inferstream: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
-        print("inferstream: interrupted", file=sys.stderr)
+        _say("interrupted")
         return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's one catch-all: one line instead of a traceback
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+        if isinstance(exc, ConfigFileError):
+            _say(str(exc))
+            return EXIT_CONFIG
+        if isinstance(exc, InferstreamError):
+            _say(str(exc))
+        elif isinstance(exc, OSError):
+            where = f"{exc.filename}: " if exc.filename else ""
+            _say(f"{where}{exc.strerror or exc}")
+        else:
+            _say(f"internal error: {type(exc).__name__}: {exc}"
+                 + ("" if args.debug else " (run with --debug for the traceback, and please report it)"))
+            return EXIT_INTERNAL
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 
 Every console has ``update(snapshot)`` (called a few times a second; each decides how often to draw),
 ``message(text, error)`` for events (a stream failed, Ctrl-C) and ``close(snapshot)`` which prints the summary.
+Whatever they print has conn-str passwords replaced by ``***``.
 """
 from __future__ import annotations
 
 import sys
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
+
+from inferstream.messaging.brokers.base import redact_credentials
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -48,6 +51,7 @@ def summary_lines(snap: Snapshot) -> list[str]:
     lines = [f"{'stream':<{width}}  {'status':<8} {'frames':>7} {'fps':>7}  note"]
     for s in snap.streams:
         note = s.error or (f"{s.dropped} dropped, {s.late} late (QoS)" if s.late or s.dropped else "")
+        note = redact_credentials("; ".join(n for n in (note, s.events_note) if n))
         lines.append(f"{s.id:<{width}}  {s.status:<8} {s.frames:>7} {s.fps:>7.1f}  {note}")
     fps = snap.total_frames / snap.active_s if snap.active_s > 0 else 0.0
     startup = snap.elapsed_s - snap.active_s
@@ -65,7 +69,7 @@ class QuietConsole:
         pass
 
     def message(self, text: str, error: bool = False) -> None:
-        print(text, file=sys.stderr if error else self.out, flush=True)
+        print(redact_credentials(text), file=sys.stderr if error else self.out, flush=True)
 
     def close(self, snap: Snapshot) -> None:
         if self.summary:
@@ -127,7 +131,8 @@ class RichConsole(QuietConsole):
             self._live.update(self._table(snap), refresh=True)
 
     def message(self, text: str, error: bool = False) -> None:
-        self._console.print(text, style="red" if error else None, markup=False, highlight=False)
+        self._console.print(redact_credentials(text), style="red" if error else None, markup=False,
+                            highlight=False)
 
     def close(self, snap: Snapshot) -> None:
         self._live.stop()

@@ -32,6 +32,8 @@ class StreamCounters:
     dropped: int = 0
     first_frame_at: float | None = None
     ended_at: float | None = None
+    lost_events: int = 0  # set once the run is over (app/delivery.py)
+    events_note: str = ""
     eos_sinks: set[str] = field(default_factory=set)
     _samples: deque[tuple[float, int]] = field(default_factory=deque)
 
@@ -100,6 +102,8 @@ class StreamView:
     late: int
     dropped: int
     error: str | None
+    lost_events: int = 0
+    events_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +131,7 @@ class Snapshot:
 def snapshot(counters: list[StreamCounters], batch: dict[str, float], started: float) -> Snapshot:
     now = time.monotonic()
     views = tuple(StreamView(c.id, c.status, c.frames, c.fps(now), c.progress(), c.eta_s(now), c.late, c.dropped,
-                             c.error) for c in counters)
+                             c.error, c.lost_events, c.events_note) for c in counters)
     firsts = [c.first_frame_at for c in counters if c.first_frame_at is not None]
     ends = [c.ended_at or now for c in counters if c.first_frame_at is not None]
     active = max(ends) - min(firsts) if firsts else 0.0
@@ -153,6 +157,8 @@ def render_prometheus(snap: Snapshot) -> str:
     metric("fps", "gauge", "Frames per second over all running streams", [("", snap.total_fps)])
     metric("late_frames_total", "counter", "QoS messages (late buffers) per stream", [(lb, s.late) for lb, s in per])
     metric("dropped_frames_total", "counter", "Frames dropped by QoS per stream", [(lb, s.dropped) for lb, s in per])
+    metric("events_lost_total", "counter", "Events (messages) lost per stream: dropped by drop-policy or "
+           "undelivered at stop; known once the stream stopped", [(lb, s.lost_events) for lb, s in per])
     metric("stream_up", "gauge", "1 while the stream runs", [(lb, float(s.status in ("starting", "running")))
                                                              for lb, s in per])
     metric("stream_failed", "gauge", "1 when the stream was removed after an error",

@@ -35,6 +35,9 @@ class StreamPlan:
         infer: the primary pyinfer (frame counts, batching stats); ``last``: the last analytics element.
         sinks: the sink elements; the stream is done when each has seen EOS.
         output: the MP4 this stream writes, if any.
+        limit: ``max-frames``: the runner lets exactly this many frames past ``{id}_limit`` (identity's
+            ``eos-after`` stops the source, but a decoder drains the frames it still holds after that).
+        broker: the stream's pymsgbroker, if it publishes messages (its delivery counts end up in the summary).
     """
 
     id: str
@@ -48,6 +51,8 @@ class StreamPlan:
     last: str
     sinks: tuple[str, ...]
     output: str | None = None
+    limit: int | None = None
+    broker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +184,8 @@ def stream_plan(cfg: AppConfig, index: int, sid: str) -> StreamPlan:
                    f"! videoconvert ! video/x-raw,format=RGB ! {' ! '.join(chain)} ! {sink}")
     return StreamPlan(id=sid, kind=src.kind, target=src.target, description=description, live=_is_live(src),
                       total_frames=total, entry=f"{sid}_entry", infer=f"{sid}_infer", last=last,
-                      sinks=tuple(sinks), output=output)
+                      sinks=tuple(sinks), output=output, limit=src.max_frames or None,
+                      broker=f"{sid}_msgbroker" if cfg.messages is not None else None)
 
 
 def build_plan(cfg: AppConfig) -> Plan:

@@ -1,5 +1,5 @@
 """Run a :class:`~inferstream.app.pipeline.Plan`: one bin per stream in one pipeline, a bus loop in the calling
-thread, per-stream error isolation, bounded EOS shutdown on SIGINT.
+thread, per-stream error isolation, bounded EOS shutdown on SIGINT, SIGTERM or SIGHUP (app/signals.py).
 
 A stream whose elements post an ERROR is reported and its bin removed (``on-stream-error: continue``) or the whole
 run is wound down (``stop``). Before the pipeline first reaches PLAYING a failed bin makes the whole state change
@@ -8,13 +8,12 @@ fail, so the remaining streams are then restarted from NULL.
 from __future__ import annotations
 
 import json
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import gi
 
@@ -22,8 +21,10 @@ gi.require_version("Gst", "1.0")
 from gi.repository import GLib, Gst  # noqa: E402
 
 from inferstream.app.console import Console, QuietConsole  # noqa: E402
+from inferstream.app.delivery import read_delivery  # noqa: E402
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot  # noqa: E402
 from inferstream.app.pipeline import Plan, StreamPlan  # noqa: E402
+from inferstream.app.signals import StopSignals  # noqa: E402
 from inferstream.errors import InferstreamError  # noqa: E402
 
 if not Gst.is_initialized():
@@ -32,7 +33,7 @@ if not Gst.is_initialized():
 # (stream id, frame index within the stream, buffer leaving the last analytics element)
 FrameHook = Callable[[str, int, Gst.Buffer], None]
 TICK_NS: Final = 100 * Gst.MSECOND
-EXIT_OK, EXIT_STREAM_FAILED, EXIT_INTERRUPTED = 0, 1, 130
+EXIT_OK, EXIT_STREAM_FAILED, EXIT_EVENTS_LOST, EXIT_INTERRUPTED = 0, 1, 3, 130  # signals: 128 + number
 
 
 class RunError(InferstreamError):
@@ -41,7 +42,9 @@ class RunError(InferstreamError):
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """How a run ended: ``exit_code`` 0 (all streams done), 1 (a stream failed), 130 (interrupted)."""
+    """How a run ended: ``exit_code`` 0 (all streams done, every event delivered or kept in a spool), 1 (a stream
+    failed), 3 (events lost: dropped by drop-policy or undelivered at stop), 128 + N (stopped by signal N: 130
+    Ctrl-C, 143 SIGTERM, 129 SIGHUP; the files are finished unless a second signal forced the stop)."""
 
     exit_code: int
     interrupted: bool
@@ -79,7 +82,7 @@ class Runner:
         self.metrics: MetricsServer | None = None
         self.pipeline = Gst.Pipeline.new("inferstream")
         self.streams: dict[str, _Stream] = {}
-        self._interrupts = 0
+        self._signals = StopSignals()
         self._eos_deadline: float | None = None
         self._playing = False
         self._restart = False
@@ -95,7 +98,12 @@ class Runner:
                 factory.set_rank(Gst.Rank.PRIMARY + 256)
         for sp in self.plan.streams:
             if sp.output:
-                Path(sp.output).parent.mkdir(parents=True, exist_ok=True)
+                folder = Path(sp.output).parent
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise RunError(f"stream {sp.id}: cannot create the folder {folder} of sink path {sp.output}: "
+                                   f"{exc.strerror or exc}; fix sink.path") from None
             stream = self.streams[sp.id] = _Stream(sp, self._make_bin(sp))
             self._attach(stream)
 
@@ -117,6 +125,8 @@ class Runner:
             self._probe(bin_, sp.last, Gst.PadProbeType.BUFFER, "src", self._on_hook(stream))
         for sink in sp.sinks:
             self._probe(bin_, sink, Gst.PadProbeType.EVENT_DOWNSTREAM, "sink", self._on_sink_event(stream, sink))
+        if sp.limit:
+            self._probe(bin_, f"{sp.id}_limit", Gst.PadProbeType.BUFFER, "src", self._on_limit(sp.limit))
 
     @staticmethod
     def _probe(bin_: Gst.Bin, element: str, kind: Gst.PadProbeType, pad: str, fn: Callable) -> None:
@@ -149,6 +159,16 @@ class Runner:
         return probe
 
     @staticmethod
+    def _on_limit(limit: int) -> Callable:
+        """Exactly ``limit`` frames pass: identity's eos-after ended the source, this drops what a decoder drains."""
+        passed = [0]
+
+        def probe(_pad: Gst.Pad, _info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
+            passed[0] += 1
+            return Gst.PadProbeReturn.OK if passed[0] <= limit else Gst.PadProbeReturn.DROP
+        return probe
+
+    @staticmethod
     def _on_sink_event(stream: _Stream, sink: str) -> Callable:
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
             if info.get_event().type == Gst.EventType.EOS:
@@ -160,9 +180,13 @@ class Runner:
     def run(self) -> RunResult:
         self._build()
         if self.metrics_port is not None:
-            self.metrics = MetricsServer(self.metrics_port)
+            try:
+                self.metrics = MetricsServer(self.metrics_port)
+            except OSError as exc:
+                raise RunError(f"--metrics-port {self.metrics_port}: cannot listen on 127.0.0.1:{self.metrics_port}: "
+                               f"{exc.strerror or exc}; choose another port (0: any free one)") from None
             self.console.message(f"metrics: http://127.0.0.1:{self.metrics.port}/metrics")
-        previous = self._install_sigint()
+        self._signals.install()
         try:
             self._restart = self.pipeline.set_state(Gst.State.PLAYING) == Gst.StateChangeReturn.FAILURE
             self._loop()
@@ -170,28 +194,30 @@ class Runner:
             self._read_batch_stats()
             self.pipeline.set_state(Gst.State.NULL)
             self._drop_empty_outputs()
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            self._signals.restore()
+            self._read_deliveries()
             final = self._snapshot()
             if self.metrics is not None:
                 self.metrics.publish(final)
                 self.metrics.close()
             self.console.close(final)
         failed = any(s.counters.status == "failed" for s in self.streams.values())
-        code = EXIT_INTERRUPTED if self._interrupts else EXIT_STREAM_FAILED if failed else EXIT_OK
+        lost = any(s.counters.lost_events for s in self.streams.values())
+        code = self._signals.exit_code if self._interrupts else EXIT_STREAM_FAILED if failed else \
+            EXIT_EVENTS_LOST if lost else EXIT_OK
         outputs = {s.plan.id: s.plan.output for s in self.streams.values() if s.plan.output}
         return RunResult(code, bool(self._interrupts), final, outputs)
 
-    def _install_sigint(self) -> Any:
-        """Count Ctrl-Cs instead of raising KeyboardInterrupt; returns the previous handler (None off the main
-        thread, where signals cannot be caught)."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
+    @property
+    def _interrupts(self) -> int:
+        return self._signals.count
 
-        def on_sigint(_signum: int, _frame: object) -> None:
-            self._interrupts += 1
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        return signal.default_int_handler if previous is None else previous  # None: set from C, not restorable
+    def _read_deliveries(self) -> None:
+        """Each stream's message delivery, from its (stopped) pymsgbroker: losses go in the summary and exit code."""
+        for s in self.streams.values():
+            delivery = read_delivery(s.bin.get_by_name(s.plan.broker)) if s.plan.broker else None
+            if delivery is not None:
+                s.counters.lost_events, s.counters.events_note = delivery.lost, delivery.note()
 
     def _loop(self) -> None:
         bus = self.pipeline.get_bus()
@@ -202,17 +228,18 @@ class Runner:
                 msg = bus.pop()
             if self._restart:
                 self._restart_remaining()
+            name = self._signals.name
             if self._interrupts >= 2:
-                self.console.message("second Ctrl-C: stopping now (files may be incomplete)", error=True)
+                self.console.message(f"second {name}: stopping now (files may be incomplete)", error=True)
                 self._finish_all("stopped")
                 return
             if self._interrupts and not self._started_flowing():
-                self.console.message("Ctrl-C before the pipeline started: stopping")
+                self.console.message(f"{name} before the pipeline started: stopping")
                 self._finish_all("stopped", "interrupted before it started")
                 return
             if self._interrupts == 1 and self._eos_deadline is None:
-                self.console.message(f"Ctrl-C: finishing the streams (up to {self.eos_timeout_s:g} s; "
-                                     "Ctrl-C again to abort)")
+                self.console.message(f"{name}: finishing the streams (up to {self.eos_timeout_s:g} s; "
+                                     f"{self._signals.again} to abort)")
                 self._send_eos()
             self._update_statuses()
             if all(s.counters.finished for s in self.streams.values()):
@@ -319,7 +346,8 @@ class Runner:
     def _on_stream_error(self, stream: _Stream, msg: Gst.Message) -> None:
         err, debug = msg.parse_error()
         detail = _last_line(debug)
-        text = err.message + (f" ({detail})" if detail and detail not in err.message else "")
+        same = detail.split(": ", 1)[-1] in err.message  # "SomeError: <the message again>"
+        text = err.message + (f" ({detail})" if detail and not same else "")
         where = f"{stream.plan.kind} {stream.plan.target}"
         stream.counters.finish("failed", text)
         self.console.message(f"stream {stream.plan.id} ({where}) failed: {text}", error=True)

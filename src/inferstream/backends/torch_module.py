@@ -55,9 +55,11 @@ def load_checkpoint(path: Path, trust: bool) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         needed = _unsafe_globals(path, e)
-        if not needed:
+        if not needed:  # torch's own advice (weights_only=False) would skip our trust-checkpoint and its warning
             raise UnsupportedModelError(f"{path} is not a PyTorch model file (tried TorchScript and "
-                                        f"torch.load(weights_only=True): {first_line(e)})") from e
+                                        f"torch.load(weights_only=True): {_unpickler_detail(e)}). If it is a "
+                                        "checkpoint that pickles Python classes and you trust where it came from, "
+                                        "trust-checkpoint=true unpickles it fully") from e
     except Exception as e:
         raise UnsupportedModelError(f"{path} is not a PyTorch model file (tried TorchScript and "
                                     f"torch.load(weights_only=True): {type(e).__name__}: {first_line(e)})") from e
@@ -168,6 +170,16 @@ def keep_torch_threads() -> Iterator[None]:
     finally:
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
+
+
+def _unpickler_detail(e: BaseException) -> str:
+    """What torch's weights-only unpickler choked on ("Unsupported operand 84"), without torch's advice."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if "WeightsUnpickler error" in line:
+            rest = line.split("WeightsUnpickler error", 1)[1].lstrip(": ")
+            return rest or (lines[i + 1] if i + 1 < len(lines) else "unreadable pickle")
+    return first_line(e)
 
 
 def first_line(e: BaseException) -> str:

@@ -12,6 +12,7 @@ queries and negotiation falls back to system memory (one INFO line says why).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,18 @@ def _parse_size(text: str) -> tuple[int, int] | None:
     return size
 
 
+def _labels(text: str) -> tuple[str, ...] | None:
+    """parse_labels, except that a comma list too long to be a file name is a list, not an OSError."""
+    from inferstream.inference import parse_labels
+
+    try:
+        return parse_labels(text)
+    except OSError as exc:  # ENAMETOOLONG and the like: the text cannot name a file
+        if "," not in text:
+            raise ConfigError(f"labels {text[:60]!r}...: {exc.strerror or exc}") from None
+        return tuple(n.strip() for n in text.split(","))
+
+
 def _parse_classes(text: str) -> tuple[int, ...] | None:
     if not text:
         return None
@@ -108,7 +121,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     __gsttemplates__ = video_templates(cuda_or_system_video_caps())
 
     model = props.string("Model", "Model file (.onnx, .pt/.pth TorchScript or checkpoint, ultralytics .pt) or "
-                         "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap)",
+                         "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap: "
+                         "reads the new model while it loads, and the running one again if it fails)",
                          mutable_playing=True)
     model_family = props.choice("Model family", "Preprocessing + output decoder; auto detects it from the output "
                                 "layout and the model's metadata. With postprocess set, a named family still picks "
@@ -175,6 +189,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._ended = False  # EOS seen (the group no longer waits for this stream's frames)
         self._swap_lock = threading.Lock()
         self._swap_generation = 0
+        self._showing: int | None = None  # thread setting ``model`` back to the running one (no swap for that)
         self._cuda_memory = False  # the negotiated caps carry memory:CUDAMemory
         self._cuda: tuple[str, str | None] | None = None  # (device, why CUDA memory is unavailable), per device
         self._cuda_index: int | None = None
@@ -191,8 +206,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     # hot swap: the setter stays plain (R7); the notify handler hands the request to a loader thread ----------
     def _on_model_changed(self, *_args: object) -> None:
-        if self._group is None:
-            return  # not started: do_start loads whatever model is set then
+        if self._group is None or self._showing == threading.get_ident():
+            return  # not started: do_start loads whatever model is set then; or _show_running's own set
         with self._swap_lock:
             self._swap_generation += 1
             generation = self._swap_generation
@@ -202,12 +217,13 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     def _load_and_swap(self, generation: int, model: str) -> None:
         from inferstream.inference import Detector
 
-        current = self._group.cfg.model if self._group else "?"
         try:
             detector = Detector(self._config(model))
             detector.warmup(self.batch_size)
         except Exception as exc:  # keep the old model running
+            current = self._group.cfg.model if self._group else "?"
             post_warning(self, exc, f"model swap to {model!r} failed, still running {current!r}")
+            self._show_running(generation, current)
             return
         with self._swap_lock:
             group = self._group
@@ -216,16 +232,33 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                 post_warning(self, ConfigError(f"superseded by model {self.model!r}"),
                              f"model swap to {model!r} cancelled")
                 return
-            old = group.swap(detector)
-        old.close()
+            old = group.swap(detector, self._on_rollback)
         structure = Gst.Structure.new_empty(SWAP_MESSAGE)
         structure.set_value("old-model", old.cfg.model)
         structure.set_value("new-model", model)
         self.post_message(Gst.Message.new_element(self, structure))
 
+    def _on_rollback(self, failed: Detector, exc: BaseException) -> None:
+        """The swapped-in model failed on its first real batch: the group put the old one back (batch's thread)."""
+        current = self._group.cfg.model if self._group else "?"
+        post_warning(self, exc, f"model {failed.cfg.model!r} failed on real frames: rolled back to {current!r}")
+        self._show_running(None, current)
+
+    def _show_running(self, generation: int | None, model: str) -> None:
+        """Let ``model`` read the running model again, unless a newer swap request (``generation``) came since.
+        None: from the batch's thread, which must not wait for the swap lock (a swap holds it to wait for batches)."""
+        with self._swap_lock if generation is not None else contextlib.nullcontext():
+            if generation is not None and generation != self._swap_generation:
+                return
+            self._showing = threading.get_ident()
+            try:
+                self.set_property("model", model)
+            finally:
+                self._showing = None
+
     # lifecycle ----------------------------------------------------------------------------------------------
     def _config(self, model: str) -> InferConfig:
-        from inferstream.inference import InferConfig, parse_labels
+        from inferstream.inference import InferConfig
         from inferstream.models.base import DecodeParams
 
         for name, choices in (("model-family", FAMILIES), ("precision", PRECISIONS), ("backend", BACKEND_CHOICES),
@@ -236,7 +269,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             raise ConfigError("the model property is not set")
         params = DecodeParams(conf=self.confidence_threshold, iou=self.iou_threshold, max_det=self.max_detections,
                               classes=_parse_classes(self.classes))
-        return InferConfig(model=model, family=self.model_family, labels=parse_labels(self.labels), params=params,
+        return InferConfig(model=model, family=self.model_family, labels=_labels(self.labels), params=params,
                            input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
                            postprocess=self.postprocess or None, graph=self.graph,

@@ -16,7 +16,9 @@ sent first by the next run. Each payload's message key is its stream id (Redis `
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gi
@@ -28,7 +30,7 @@ from gi.repository import GObject, Gst, GstBase  # noqa: E402
 from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
-from inferstream.messaging.brokers import BROKERS  # noqa: E402  (the table only: clients load lazily)
+from inferstream.messaging.brokers import BROKERS, redact_credentials  # noqa: E402  (clients load lazily)
 
 if TYPE_CHECKING:
     from inferstream.messaging.brokers.base import Endpoint
@@ -36,18 +38,20 @@ if TYPE_CHECKING:
 
 FLUSHED_MESSAGE = "inferstream/msgbroker-flushed"
 DROP_POLICIES = ("drop-oldest", "drop-newest")
+MIN_SEGMENT = 16 << 10
 
 
-def _redact(conn_str: str, text: str | None = None) -> str:
-    """``text`` (default: the conn-str itself) with the conn-str's URL password replaced by ``***``: bus messages
-    end up in logs, and the parser's errors quote the conn-str."""
-    _scheme, sep, tail = conn_str.partition("://")
-    userinfo, at, _host = tail.rpartition("@")
-    text = conn_str if text is None else text
-    if not sep or not at or ":" not in userinfo:
-        return text
-    user, _, password = userinfo.partition(":")
-    return text.replace(f"{user}:{password}@", f"{user}:***@")
+def _segment_bytes(spool_dir: str, limit: int) -> int:
+    """Spool segment size: at most half the limit, 16 MiB, and 1/16 of the free space where the spool lives, so
+    that drop-oldest on a full disk gives back a small part of the spool, not all of it."""
+    where = Path(spool_dir).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        free = shutil.disk_usage(where).free
+    except OSError:
+        free = limit
+    return max(MIN_SEGMENT, min(16 << 20, limit // 2, free // 16))
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +134,8 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
             raise ConfigError("the conn-str property is not set")
         return PublisherConfig(memory_messages=self.memory_limit, spool_dir=self.spool_dir or None,
                                spool_max_bytes=self.spool_limit,
-                               spool_segment_bytes=min(16 << 20, self.spool_limit // 2),
+                               spool_segment_bytes=_segment_bytes(self.spool_dir, self.spool_limit)
+                               if self.spool_dir else 16 << 20,
                                full_policy=self.drop_policy, fail_fast=self.fail_fast)  # type: ignore[arg-type]
 
     def _endpoint(self) -> Endpoint:
@@ -158,9 +163,10 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
             publisher = Publisher(create_client(self._endpoint()), config, self._on_event)
             publisher.start()  # connects once on this (the application's) thread, bounded by connect_timeout
         except Exception as exc:  # the C boundary (R8)
-            if (redacted := _redact(self.conn_str, str(exc))) != str(exc):
+            if (redacted := redact_credentials(str(exc))) != str(exc):
                 exc = ConfigError(redacted) if isinstance(exc, ConfigError) else RuntimeError(redacted)
-            post_error(self, exc, f"cannot start the {self.proto} publisher for {_redact(self.conn_str)!r}")
+            post_error(self, exc, f"cannot start the {self.proto} publisher for "
+                       f"{redact_credentials(repr(self.conn_str))}")
             return False
         self._publisher = publisher
         return True

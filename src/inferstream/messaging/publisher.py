@@ -17,6 +17,9 @@ set ``memory_messages=0`` to spool every message at once while disconnected).
 
 Warnings and errors go to ``on_event`` (called from the worker thread; the GStreamer element turns them into bus
 messages). Drops are counted on the caller's thread and reported by the worker at most every ``warn_interval``.
+A full or failing spool disk is a warning (``spool-write-failed``) with the drop policy applied, never a stop. A
+broker that refuses us for good (:class:`BrokerRejectedError`: credentials, permissions) is an error at once
+(``rejected``): the worker stops and keeps what is unsent in the spool, instead of retrying forever.
 """
 from __future__ import annotations
 
@@ -31,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from inferstream.messaging.brokers.base import BrokerClient, BrokerError, BrokerUnavailableError, TlsOptions
+from inferstream.messaging.brokers.base import (
+    BrokerClient,
+    BrokerError,
+    BrokerRejectedError,
+    BrokerUnavailableError,
+    TlsOptions,
+)
 from inferstream.messaging.spool import FsyncPolicy, FullPolicy, Message, Spool
 
 EventLevel = Literal["info", "warning", "error"]
@@ -40,7 +49,7 @@ EventLevel = Literal["info", "warning", "error"]
 @dataclass(frozen=True, slots=True)
 class PublisherEvent:
     """Something the application should hear about. ``code``: connected, disconnected, connect-failed,
-    queue-full, buffer-full, spooling, spool-recovered, worker-error."""
+    queue-full, buffer-full, spooling, spool-recovered, spool-write-failed, rejected, worker-error."""
 
     level: EventLevel
     code: str
@@ -154,8 +163,7 @@ class Publisher:
         self._recovered = len(self._spool) if self._spool is not None else 0
         self._in_memory = 0
         self._in_spool = self._recovered
-        self._reported_drops = 0
-        self._last_drop_report = 0.0
+        self._reported: dict[str, tuple[int, float]] = {}  # what: (count last reported, when)
 
     @classmethod
     def for_broker(cls, proto: str, conn_str: str, config: PublisherConfig | None = None, *,
@@ -178,6 +186,7 @@ class Publisher:
 
         Raises:
             BrokerUnavailableError: ``fail_fast`` is set and the broker cannot be reached.
+            BrokerRejectedError: the broker refused the credentials or the access (whatever ``fail_fast`` says).
             RuntimeError: already started.
         """
         if self._thread is not None:
@@ -191,6 +200,9 @@ class Publisher:
         try:
             self._client.connect(self.config.connect_timeout)
             self._connected = True
+        except BrokerRejectedError:
+            self._close_spool()
+            raise
         except BrokerError as exc:
             if self.config.fail_fast:
                 self._close_spool()
@@ -263,6 +275,8 @@ class Publisher:
     def _run(self) -> None:
         try:
             self._loop()
+        except BrokerRejectedError as exc:
+            self._emit("error", "rejected", f"{exc}; stopped sending ({self._pending()} message(s) unsent)")
         except Exception as exc:  # noqa: BLE001 - reported, then the buffers are saved
             self._emit("error", "worker-error", f"publisher worker stopped: {type(exc).__name__}: {exc}")
         finally:
@@ -281,6 +295,8 @@ class Publisher:
                     continue
                 try:
                     self._client.connect(self.config.connect_timeout)
+                except BrokerRejectedError:
+                    raise
                 except BrokerError as exc:
                     next_attempt = time.monotonic() + backoff * random.uniform(0.8, 1.0)
                     if backoff == self.config.backoff_initial:
@@ -329,12 +345,33 @@ class Publisher:
             self._count_buffer_drops(n)
             return
         chunk = [self._memory.popleft() for _ in range(n)]
+        before = self._spool.appended
         dropped = self._spool.append(chunk)
         with self._lock:
-            self._spooled += n - dropped if self._spool.full_policy == "drop-newest" else n
+            self._spooled += self._spool.appended - before
             self._in_spool = len(self._spool)
         if dropped:
             self._count_buffer_drops(dropped)
+        self._report_disk_errors()
+
+    def _report_disk_errors(self) -> None:
+        assert self._spool is not None
+        if self._due("disk", self._spool.write_errors) is not None:
+            exc = self._spool.last_error
+            why = exc.strerror if exc is not None and exc.strerror else str(exc)
+            self._emit("warning", "spool-write-failed",
+                       f"spool {self._spool.dir}: {why}; {self.config.full_policy} applied "
+                       f"({self._dropped_buffer} message(s) dropped so far, {len(self._spool)} kept on disk)")
+
+    def _due(self, what: str, count: int) -> int | None:
+        """The count last reported for ``what`` when ``count`` grew and a report is due (the first at once, then at
+        most every ``warn_interval``), else None."""
+        last, at = self._reported.get(what, (0, 0.0))
+        now = time.monotonic()
+        if count <= last or (last and now - at < self.config.warn_interval):
+            return None
+        self._reported[what] = (count, now)
+        return last
 
     def _count_buffer_drops(self, n: int) -> None:
         with self._changed:
@@ -343,13 +380,10 @@ class Publisher:
 
     def _report_drops(self) -> None:
         total = self._dropped_queue + self._dropped_buffer
-        now = time.monotonic()
-        if total > self._reported_drops and (not self._reported_drops
-                                             or now - self._last_drop_report >= self.config.warn_interval):
+        if (last := self._due("drops", total)) is not None:
             code = "queue-full" if self._dropped_queue else "buffer-full"
-            self._emit("warning", code, f"dropped {total - self._reported_drops} message(s) "
+            self._emit("warning", code, f"dropped {total - last} message(s) "
                        f"({self._dropped_queue} at a full inbox, {self._dropped_buffer} at full buffers so far)")
-            self._reported_drops, self._last_drop_report = total, now
 
     def _send_one_batch(self) -> bool:
         """Publish the oldest batch (spool first); False when there was nothing to send."""
@@ -361,9 +395,12 @@ class Publisher:
             batch = [self._memory[i] for i in range(min(self.config.batch_size, len(self._memory)))]
         if not batch:
             return False
+        rejected: BrokerRejectedError | None = None
         try:
             done = self._client.publish_batch(batch)
             failure: BaseException | None = None
+        except BrokerRejectedError as exc:
+            done, failure, rejected = exc.confirmed, exc, exc
         except BrokerError as exc:
             done, failure = exc.confirmed, exc
         except Exception as exc:  # noqa: BLE001 - a client bug is handled like a lost connection
@@ -382,6 +419,8 @@ class Publisher:
                 self._connected = False
                 self._errors += 1
             self._changed.notify_all()
+        if rejected is not None:
+            raise rejected
         if failure is not None:
             self._client.close()
             self._emit("warning", "disconnected", f"{failure}; {self._pending()} message(s) kept for resending")

@@ -22,6 +22,11 @@ The ``cursor`` file is never fsynced: after a power cut it may point at an older
 that were already confirmed: duplicates, never losses. A full spool (``max_bytes``) applies the ``full_policy``:
 ``"drop-oldest"`` deletes the oldest whole segment (its unconfirmed records are counted as dropped),
 ``"drop-newest"`` refuses the records being appended (counted as dropped).
+
+A full or failing disk (``ENOSPC``, ``EIO``) is handled the same way instead of raising: the partial record is cut
+off again, ``drop-oldest`` gives back the oldest segments and retries, ``drop-newest`` drops what did not fit, and
+the failures are counted in ``write_errors``. A segment is the unit drop-oldest gives back, so keep segments small
+next to the free space (pymsgbroker does).
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ FsyncPolicy = Literal["write", "never"]
 FullPolicy = Literal["drop-oldest", "drop-newest"]
 _HEAD: Final = struct.Struct("<IIHH")  # crc, payload_len, topic_len, key_len
 _NO_KEY: Final = 0xFFFF
+_Blobs = Sequence[bytes]  # encoded records (module level: Spool.bytes shadows the builtin in the class)
 
 
 class SpoolLockedError(InferstreamError):
@@ -62,6 +68,14 @@ def encode(msg: Message) -> bytes:
     body = struct.pack("<IHH", len(msg.payload), len(topic), _NO_KEY if msg.key is None else len(key)) \
         + topic + key + msg.payload
     return struct.pack("<I", zlib.crc32(body)) + body
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_records(fh: BinaryIO, offset: int) -> Iterator[tuple[Message, int]]:
@@ -119,6 +133,9 @@ class Spool:
         self.fsync: Final = fsync
         self.full_policy: Final = full_policy
         self.corrupt = 0  # records lost to torn / corrupt tails found when opening
+        self.appended = 0  # records written since opening
+        self.write_errors = 0  # writes the disk refused (ENOSPC, EIO, ...); the last one in last_error
+        self.last_error: OSError | None = None
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = open(self.dir / ".lock", "a+b")  # noqa: SIM115 - held for the spool's lifetime
         try:
@@ -165,10 +182,14 @@ class Spool:
             return 0, 0
 
     def _write_cursor(self) -> None:
+        """Replace the cursor file; when the disk refuses, the old cursor stays (it replays: duplicates only)."""
         seq = self._segments[0].seq if self._segments else 0
         tmp = self.dir / "cursor.tmp"
-        tmp.write_text(f"{seq} {self._cursor if self._segments else 0}\n")
-        os.replace(tmp, self.dir / "cursor")
+        try:
+            tmp.write_text(f"{seq} {self._cursor if self._segments else 0}\n")
+            os.replace(tmp, self.dir / "cursor")
+        except OSError as exc:
+            self._disk_error(exc)
 
     def _path(self, seq: int) -> Path:
         return self.dir / f"{seq:012d}.seg"
@@ -184,7 +205,9 @@ class Spool:
 
     # -- writing ---------------------------------------------------------------------------------------------
     def append(self, messages: Sequence[Message]) -> int:
-        """Append in order; returns how many records were dropped (old ones or these) to respect ``max_bytes``."""
+        """Append in order; returns how many records were dropped (old ones or these) to respect ``max_bytes`` or
+        because the disk refused them (full, failing: ``write_errors``). Never raises OSError and never leaves a
+        partial record behind: what was not written whole is cut off again, so every counted record reads back."""
         if not messages:
             return 0
         blobs = [encode(m) for m in messages]
@@ -202,39 +225,92 @@ class Spool:
                 total += len(blobs[first])
             dropped, blobs = first, blobs[first:]
             while self._segments and self.bytes + total > self.max_bytes:
-                if len(self._segments) == 1:
-                    self._roll()  # the old segment becomes droppable
                 dropped += self._drop_oldest()
-        created = False
-        for blob in blobs:
-            if self._writer is None or self._segments[-1].size >= self.segment_bytes:
-                created |= self._roll()
-            assert self._writer is not None
-            self._writer.write(blob)
-            self._segments[-1].size += len(blob)
-            self._segments[-1].records += 1
-        if self._writer is not None:
-            self._writer.flush()
-            if self.fsync == "write":
+        written = self._write(blobs)
+        while written < len(blobs) and self.full_policy == "drop-oldest" and len(self._segments) > 1:
+            dropped += self._drop_oldest()  # the disk is full: give back the oldest segment, try again
+            written += self._write(blobs[written:])
+        self.appended += written
+        return dropped + len(blobs) - written
+
+    def _write(self, blobs: _Blobs) -> int:
+        """Write whole records, rolling segments; stops at the first OSError and returns how many were written."""
+        done, created = 0, False
+        try:
+            while done < len(blobs):
+                if self._writer is None or self._segments[-1].size >= self.segment_bytes:
+                    created |= self._roll()
+                room, end = self.segment_bytes - self._segments[-1].size, done
+                while end < len(blobs) and room > 0:  # the record that crosses segment_bytes still goes here
+                    room -= len(blobs[end])
+                    end += 1
+                whole = self._write_chunk(blobs[done:end])
+                done += whole
+                if done < end:
+                    break
+        except OSError as exc:
+            self._disk_error(exc)
+        if self._writer is not None and self.fsync == "write" and done:
+            try:
                 os.fsync(self._writer.fileno())
                 if created:
-                    fd = os.open(self.dir, os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-        return dropped
+                    _fsync_dir(self.dir)
+            except OSError as exc:  # the records are whole in the page cache; their durability is not known
+                self._disk_error(exc)
+        return done
+
+    def _write_chunk(self, blobs: _Blobs) -> int:
+        """One write of records to the current segment; returns how many were written whole. On OSError the
+        partial tail is cut off again and the error counted."""
+        assert self._writer is not None
+        seg, data = self._segments[-1], b"".join(blobs)
+        written = 0
+        try:
+            with memoryview(data) as view:
+                while written < len(data):
+                    written += self._writer.write(view[written:]) or 0
+        except OSError as exc:
+            self._disk_error(exc)
+            whole = keep = 0
+            while whole < len(blobs) and keep + len(blobs[whole]) <= written:
+                keep += len(blobs[whole])
+                whole += 1
+            seg.records += whole
+            try:
+                os.ftruncate(self._writer.fileno(), seg.size + keep)  # shrinking needs no space
+                seg.size += keep
+            except OSError:  # the partial record stays: seal the segment (reading stops before it), start anew
+                seg.size += written
+                self._writer.close()
+                self._writer = None
+            return whole
+        seg.size += len(data)
+        seg.records += len(blobs)
+        return len(blobs)
+
+    def _disk_error(self, exc: OSError) -> None:
+        self.write_errors += 1
+        self.last_error = exc
 
     def _roll(self) -> bool:
         if self._writer is not None:
+            if self.fsync == "write":
+                try:
+                    os.fsync(self._writer.fileno())
+                except OSError as exc:
+                    self._disk_error(exc)
             self._writer.close()
+            self._writer = None
         seq = self._segments[-1].seq + 1 if self._segments else self._read_cursor()[0] + 1
         path = self._path(seq)
-        self._writer = open(path, "ab")  # noqa: SIM115 - closed on roll / close
+        self._writer = open(path, "ab", buffering=0)  # noqa: SIM115 - closed on roll / close
         self._segments.append(_Segment(seq, path, 0, 0))
         return True
 
     def _drop_oldest(self) -> int:
+        if len(self._segments) == 1 and self._writer is not None:  # it is the segment being written: close it
+            self._writer.close()
+            self._writer = None
         seg = self._pop_head()
         self._write_cursor()
         return seg.records

@@ -13,11 +13,13 @@ from typing import Any, Final
 from inferstream.messaging.brokers.base import (
     BrokerClient,
     BrokerError,
+    BrokerRejectedError,
     BrokerUnavailableError,
     ConnStrError,
     Endpoint,
     TlsOptions,
     parse_conn_str,
+    redact_credentials,
 )
 
 
@@ -55,5 +57,5 @@ def create_client(endpoint: Endpoint, **options: Any) -> BrokerClient:
     return client
 
 
-__all__ = ["BROKERS", "BrokerClient", "BrokerError", "BrokerSpec", "BrokerUnavailableError", "ConnStrError",
-           "Endpoint", "TlsOptions", "create_client", "parse_conn_str"]
+__all__ = ["BROKERS", "BrokerClient", "BrokerError", "BrokerRejectedError", "BrokerSpec", "BrokerUnavailableError",
+           "ConnStrError", "Endpoint", "TlsOptions", "create_client", "parse_conn_str", "redact_credentials"]

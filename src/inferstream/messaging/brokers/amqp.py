@@ -13,7 +13,8 @@ Messages go to
 ``exchange`` with the topic as routing key, like DeepStream's AMQP adapter (default exchange ``amq.topic``). With
 ``declare_queue`` (default) a durable queue named after each topic is declared and bound on first use, so that
 messages survive a broker restart even before any consumer exists; ``mandatory`` publishing turns "nobody would
-receive this" into an error instead of a silent loss.
+receive this" into an error instead of a silent loss. Refused credentials or access (RabbitMQ's ACCESS_REFUSED,
+NOT_ALLOWED) are :class:`~.base.BrokerRejectedError`: retrying would only repeat them.
 """
 from __future__ import annotations
 
@@ -26,11 +27,21 @@ from typing import Any, Literal
 import pika  # type: ignore[import-untyped]  # pika ships no type information
 import pika.exceptions as pex  # type: ignore[import-untyped]
 
-from inferstream.messaging.brokers.base import BrokerError, BrokerUnavailableError, Endpoint
+from inferstream.messaging.brokers.base import BrokerError, BrokerRejectedError, BrokerUnavailableError, Endpoint
 
 # pika logs every failed connection attempt at ERROR; the Publisher reports those itself. Without this handler
 # Python's last-resort handler would print them to stderr of an application that configured no logging.
 logging.getLogger("pika").addHandler(logging.NullHandler())
+
+_REFUSED_CODES = (403, 530)  # ACCESS_REFUSED, NOT_ALLOWED (e.g. no access to the vhost)
+
+
+def _refused(exc: BaseException) -> bool:
+    if isinstance(exc, (pex.ProbableAuthenticationError, pex.AuthenticationError, pex.ProbableAccessDeniedError)):
+        return True
+    return isinstance(exc, (pex.ConnectionClosedByBroker, pex.ChannelClosedByBroker)) and \
+        exc.reply_code in _REFUSED_CODES
+
 
 _PERSISTENT = pika.BasicProperties(delivery_mode=pika.DeliveryMode.Persistent, content_type="application/json")
 
@@ -85,7 +96,7 @@ class AmqpClient:
         try:
             conn = pika.BlockingConnection(self._params(timeout))
         except (pex.AMQPError, OSError) as exc:
-            raise BrokerUnavailableError(f"amqp {self._ep.host}:{self._ep.port}: {exc!r}") from exc
+            raise self._connect_error(exc) from exc
         try:
             channel = conn.channel()
             if self._confirm == "tx":
@@ -96,10 +107,18 @@ class AmqpClient:
             if not self._exchange.startswith("amq.") and self._exchange:
                 channel.exchange_declare(self._exchange, exchange_type=self._exchange_type, durable=True)
         except (pex.AMQPError, OSError) as exc:
-            conn.close()
-            raise BrokerUnavailableError(f"amqp {self._ep.host}:{self._ep.port}: {exc!r}") from exc
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise self._connect_error(exc) from exc
         self._conn, self._channel = conn, channel
         self._declared.clear()
+
+    def _connect_error(self, exc: BaseException) -> BrokerError:
+        where = f"amqp {self._ep.host}:{self._ep.port}"
+        if _refused(exc):
+            return BrokerRejectedError(f"{where} refused us: {exc!r} (check the username / password and the "
+                                       "user's permissions on the vhost)")
+        return BrokerUnavailableError(f"{where}: {exc!r}")
 
     def _declare(self, topic: str) -> None:
         if self._declare_queue and topic not in self._declared:
@@ -138,7 +157,8 @@ class AmqpClient:
                               confirmed=done) from exc
         except (pex.AMQPError, OSError) as exc:
             self.close()
-            raise BrokerError(f"amqp: {exc!r}", confirmed=done) from exc
+            kind = BrokerRejectedError if _refused(exc) else BrokerError
+            raise kind(f"amqp: {exc!r}", confirmed=done) from exc
         return done
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,14 @@ from inferstream.errors import ConfigError, InferstreamError
 
 ENV_USERNAME: Final = "INFERSTREAM_BROKER_USERNAME"
 ENV_PASSWORD: Final = "INFERSTREAM_BROKER_PASSWORD"
+# scheme://user:password@ (the user part never starts with "[": "mqtt://[user:pass@]host" is a format hint)
+_URL_PASSWORD: Final = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@;'\"\[\]]*):[^\s'\"]*@")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@host`` URL in it replaced by ``***``: pipeline
+    lines, bus messages and errors that quote a conn-str end up in terminals and logs."""
+    return _URL_PASSWORD.sub(r"\1:***@", text)
 
 
 class BrokerError(InferstreamError):
@@ -42,6 +51,12 @@ class BrokerError(InferstreamError):
 
 class BrokerUnavailableError(BrokerError):
     """The broker cannot be reached at all (connect failed)."""
+
+
+class BrokerRejectedError(BrokerError):
+    """The broker refused for good: authentication or authorisation failed, or it will never take these messages
+    (e.g. a Redis key of another type). Retrying cannot help, so the Publisher reports an error and stops instead
+    of backing off."""
 
 
 class ConnStrError(ConfigError, ValueError):

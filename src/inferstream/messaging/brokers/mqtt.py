@@ -1,7 +1,9 @@
 """MQTT through paho-mqtt 2.x: QoS 1, a message counts as delivered when its PUBACK arrives.
 
 paho's own reconnect is off (``reconnect_on_failure=False``): the Publisher decides when to reconnect and resends
-what was not acknowledged, so a lost connection surfaces here as :class:`BrokerError`.
+what was not acknowledged, so a lost connection surfaces here as :class:`BrokerError`. A CONNACK refusing our
+credentials (bad user name or password, not authorised, banned) is :class:`BrokerRejectedError`: retrying would
+only repeat it.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from inferstream.messaging.brokers.base import BrokerError, BrokerUnavailableError, Endpoint
+from inferstream.messaging.brokers.base import BrokerError, BrokerRejectedError, BrokerUnavailableError, Endpoint
+
+_REFUSED = frozenset({134, 135, 138, 140})  # CONNACK reason codes (3.1.1's 4 and 5 arrive as 134 and 135)
 
 
 class MqttClient:
@@ -44,9 +48,11 @@ class MqttClient:
         self._connected = threading.Event()
         self._lost = threading.Event()
         self._connack: str = ""
+        self._refused = False
 
     def _on_connect(self, _c: mqtt.Client, _u: object, _f: object, reason: Any, _p: object) -> None:
         self._connack = str(reason)
+        self._refused = getattr(reason, "value", None) in _REFUSED
         if not reason.is_failure:
             self._connected.set()
         else:
@@ -60,6 +66,7 @@ class MqttClient:
         self.close()
         self._connected.clear()
         self._lost.clear()
+        self._connack, self._refused = "", False
         client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=self._client_id, clean_session=True,
                              reconnect_on_failure=False)
         client.on_connect = self._on_connect
@@ -85,6 +92,9 @@ class MqttClient:
             if self._lost.is_set() or time.monotonic() > deadline:
                 self.close()
                 why = f"CONNACK {self._connack}" if self._connack else "no CONNACK"
+                if self._refused:
+                    raise BrokerRejectedError(f"mqtt {self._ep.host}:{self._ep.port} refused us: {why} (check the "
+                                              "username / password or the broker's ACL)")
                 raise BrokerUnavailableError(f"mqtt {self._ep.host}:{self._ep.port}: {why}")
 
     def publish(self, topic: str, payload: bytes, key: str | None = None) -> None:

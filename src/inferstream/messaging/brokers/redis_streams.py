@@ -4,6 +4,9 @@ Stream entries carry the payload under ``payload_key`` (``metadata`` by default,
 ``payloadkey``) and the message key, when given, under ``key``. ``maxlen`` (DeepStream's ``streamsize``) caps the
 stream with approximate trimming (``MAXLEN ~``). Durability across a Redis restart is the server's business
 (``appendonly yes``).
+
+A wrong password, a missing ACL permission (``NOPERM``) or a key of another type (``WRONGTYPE``) is
+:class:`~.base.BrokerRejectedError`: no retry can fix it.
 """
 from __future__ import annotations
 
@@ -15,9 +18,16 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from inferstream.messaging.brokers.base import BrokerError, BrokerUnavailableError, Endpoint
+from inferstream.messaging.brokers.base import BrokerError, BrokerRejectedError, BrokerUnavailableError, Endpoint
 
 _ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+_REFUSALS = (redis.exceptions.AuthenticationError, redis.exceptions.AuthenticationWrongNumberOfArgsError,
+             redis.exceptions.NoPermissionError)
+
+
+def _permanent(exc: BaseException) -> bool:
+    """A refusal that retrying cannot change (credentials, ACL, the stream key holding another type)."""
+    return isinstance(exc, _REFUSALS) or str(exc).startswith("WRONGTYPE")
 
 
 class RedisStreamsClient:
@@ -51,13 +61,19 @@ class RedisStreamsClient:
                 ssl_ca_certs=tls.ca_file, ssl_certfile=tls.cert_file, ssl_keyfile=tls.key_file,
                 ssl_cert_reqs="required" if tls.verify else "none", ssl_check_hostname=tls.verify)
         except (*_ERRORS, redis.exceptions.ResponseError) as exc:  # single-connection clients connect here
-            raise BrokerUnavailableError(f"redis {self._ep.host}:{self._ep.port}: {exc}") from exc
+            raise self._connect_error(exc) from exc
         try:
             client.ping()
         except (*_ERRORS, redis.exceptions.ResponseError) as exc:
             client.close()
-            raise BrokerUnavailableError(f"redis {self._ep.host}:{self._ep.port}: {exc}") from exc
+            raise self._connect_error(exc) from exc
         self._redis = client
+
+    def _connect_error(self, exc: BaseException) -> BrokerError:
+        where = f"redis {self._ep.host}:{self._ep.port}"
+        if _permanent(exc):
+            return BrokerRejectedError(f"{where} refused us: {exc} (check the username / password or ACL)")
+        return BrokerUnavailableError(f"{where}: {exc}")
 
     def publish(self, topic: str, payload: bytes, key: str | None = None) -> None:
         self.publish_batch([(topic, payload, key)])
@@ -78,7 +94,8 @@ class RedisStreamsClient:
             raise BrokerError(f"redis: {exc}") from exc
         for i, reply in enumerate(replies):
             if isinstance(reply, Exception):
-                raise BrokerError(f"redis XADD {messages[i][0]!r}: {reply}", confirmed=i)
+                kind = BrokerRejectedError if _permanent(reply) else BrokerError
+                raise kind(f"redis XADD {messages[i][0]!r}: {reply}", confirmed=i)
         return len(replies)
 
     def close(self) -> None:
