@@ -31,3 +31,28 @@ def rfdetr_nano() -> torch.nn.Module:
     net = copy.deepcopy(rfdetr_reference().model.model).eval()
     net.export()
     return net
+
+
+@functools.cache
+def dfine_reference() -> Any:
+    """transformers' D-FINE (default configuration, 10 classes) with seeded random weights, in eval mode."""
+    from transformers import DFineConfig, DFineForObjectDetection
+
+    torch.manual_seed(RFDETR_SEED)
+    return DFineForObjectDetection(DFineConfig(num_labels=10)).eval()
+
+
+class _LogitsAndBoxes(torch.nn.Module):
+    """A transformers detector as a user hands it to pyinfer: images in, ``(logits, pred_boxes)`` out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(pixel_values=images)
+        return out.logits, out.pred_boxes
+
+
+def dfine() -> torch.nn.Module:
+    return _LogitsAndBoxes(copy.deepcopy(dfine_reference()))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inferstream.errors import ConfigError, UnsupportedModelError
-from inferstream.models.base import DecodeParams
+from inferstream.models.base import DecodeParams, PreprocessOverride
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +40,7 @@ class InferConfig:
     postprocess: str | None = None
     graph: str = "auto"  # CUDA graphs of the torch backend: auto | off | cuda-graph (see backends.loader)
     preprocess: str = "auto"  # auto | exact | fast (see ops.letterbox.preprocess_batch)
+    transform: PreprocessOverride = PreprocessOverride()  # the user's changes to the family's Preprocess
 
     def same_model(self, other: InferConfig) -> bool:
         """True when both would load and decode the same model (thresholds may differ)."""
@@ -57,6 +58,22 @@ def parse_labels(text: str) -> tuple[str, ...] | None:
     if "," not in text and ("/" in text or text.endswith(".txt")):
         raise ConfigError(f"labels file {text!r} not found (or give a comma-separated list)")
     return tuple(n.strip() for n in text.split(","))
+
+
+def parse_channel_values(text: str, name: str) -> tuple[float, float, float] | None:
+    """Three per-channel values ('0.485,0.456,0.406', in [0, 1] units), or one for all three; empty → None."""
+    if not text.strip():
+        return None
+    try:
+        values = tuple(float(v) for v in text.replace(";", ",").split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"{name} {text!r}: expected three numbers separated by commas, e.g. 0.485,0.456,0.406") \
+            from None
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3:
+        raise ConfigError(f"{name} {text!r}: expected three numbers (one per channel) or one, got {len(values)}")
+    return (values[0], values[1], values[2])
 
 
 class Detector:
@@ -95,12 +112,13 @@ class Detector:
         self.output_shapes = shapes
         if self.cfg.postprocess:  # the user's decoder; a named model-family still picks the preprocessing
             self.family = "custom"
-            self.preprocess = FAMILIES[self.cfg.family].preprocess if self.cfg.family in FAMILIES else Preprocess()
+            spec = FAMILIES[self.cfg.family].preprocess if self.cfg.family in FAMILIES else Preprocess()
+            self.preprocess = self.cfg.transform.apply(spec)
             self.num_classes = len(self.cfg.labels or self.backend.info.names or ()) or 1
             return load_postprocess(self.cfg.postprocess)
         self.family = detect_family(shapes, self.backend.info) if self.cfg.family == "auto" else self.cfg.family
         decoder = make_decoder(self.family, shapes, self.backend.info, self.input_size)
-        self.preprocess = FAMILIES[self.family].preprocess
+        self.preprocess = self.cfg.transform.apply(FAMILIES[self.family].preprocess)
         self.num_classes = int(getattr(decoder, "num_classes", 0)) or len(self.backend.info.names or ()) or 1
         return decoder
 

@@ -108,3 +108,24 @@ def test_rtdetr_matches_ultralytics_predict(frames: list[np.ndarray], rtdetr_pt:
     ref = _rtdetr_predict(rtdetr_pt, frames, conf)
     assert all(len(r["conf"]) >= 5 for r in ref)
     assert_same_boxes(ours, ref)
+
+
+def test_dfine_from_transformers_matches_its_post_processing(vtest: Path) -> None:
+    """D-FINE through transformers: its image processor rescales without normalising, so pyinfer is told the same
+    (``mean``/``std``); 320x320 crops make the resize the identity, as the processor's and ours differ in filter."""
+    from detr_models import dfine_reference
+    from transformers import RTDetrImageProcessor
+
+    crops = [f[100:420, 200:520].copy() for f in decode_frames(f"filesrc location={vtest} ! decodebin", 2)]
+    processor = RTDetrImageProcessor(size={"height": 320, "width": 320})
+    with torch.no_grad():
+        out = dfine_reference()(**processor(images=crops, return_tensors="pt"))
+    everything = processor.post_process_object_detection(out, threshold=0.0, target_sizes=[(320, 320)] * 2)
+    conf = gap_threshold(np.concatenate([r["scores"].numpy() for r in everything]), len(crops))
+    ref = [{"xyxy": r["boxes"].numpy().round(), "conf": r["scores"].numpy(), "r": np.zeros(len(r["scores"])),
+            "names": [f"class{c}" for c in r["labels"].tolist()]}
+           for r in processor.post_process_object_detection(out, threshold=conf, target_sizes=[(320, 320)] * 2)]
+    ours = pyinfer_frames(crops, f"model={DETR_MODELS}:dfine input-size=320 model-family=detr mean=0 std=1 "
+                                 f"confidence-threshold={conf}")
+    assert all(len(r["conf"]) >= 5 for r in ref)
+    assert_same_boxes(ours, ref)

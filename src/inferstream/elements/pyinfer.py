@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
     from inferstream.inference import Detector, InferConfig
-    from inferstream.models.base import DecodeParams
+    from inferstream.models.base import DecodeParams, PreprocessOverride
 
 FAMILIES = ("auto", *MODEL_FAMILIES)
 SWAP_MESSAGE = "inferstream/model-swapped"
@@ -151,6 +151,17 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                               "bit for bit; fast converts in float, then resizes (≤ 5 levels off, far cheaper on "
                               "CUDA); resize-first resizes the YUV planes, then converts (cheapest; tens of levels "
                               "off at saturated edges); auto: fast on CUDA, exact on CPU", PREPROCESS_MODES, "auto")
+    resize = props.choice("Resize", "How a frame fills the network input: letterbox keeps the aspect ratio and "
+                          "pads, stretch fills it; auto: the model family's way", ("auto", "letterbox", "stretch"),
+                          "auto")
+    pad_value = props.integer("Pad value", "Level (0..255) of the letterbox padding; -1: the model family's (YOLO: "
+                              "114)", -1, -1, 255)
+    mean = props.string("Mean", "Per-channel mean subtracted from RGB in [0, 1], e.g. 0.485,0.456,0.406; empty: the "
+                        "model family's (DETR: ImageNet's, YOLO: none)")
+    std = props.string("Std", "Per-channel divisor applied after the mean, e.g. 0.229,0.224,0.225; empty: the model "
+                       "family's")
+    channel_order = props.choice("Channel order", "Colour order of the network input; auto: the model family's "
+                                 "(RGB for every built-in family)", ("auto", "rgb", "bgr"), "auto")
     batch_size = props.integer("Batch size", "Most frames per forward pass, collected across the batch-group",
                                1, 1, 256)
     batch_group = props.string("Batch group", "Instances with the same name share one model and batch their "
@@ -262,7 +273,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.models.base import DecodeParams
 
         for name, choices in (("model-family", FAMILIES), ("precision", PRECISIONS), ("backend", BACKEND_CHOICES),
-                              ("graph", GRAPH_MODES), ("preprocess", PREPROCESS_MODES)):
+                              ("graph", GRAPH_MODES), ("preprocess", PREPROCESS_MODES),
+                              ("resize", ("auto", "letterbox", "stretch")), ("channel-order", ("auto", "rgb", "bgr"))):
             if self.get_property(name) not in choices:
                 raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
         if not model:
@@ -273,7 +285,19 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                            input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
                            postprocess=self.postprocess or None, graph=self.graph,
-                           preprocess=self.preprocess)
+                           preprocess=self.preprocess, transform=self._transform())
+
+    def _transform(self) -> PreprocessOverride:
+        from inferstream.inference import parse_channel_values
+        from inferstream.models.base import PreprocessOverride
+
+        std = parse_channel_values(self.std, "std")
+        if std is not None and min(std) <= 0:
+            raise ConfigError(f"std {self.std!r}: every value must be > 0")
+        return PreprocessOverride(resize=None if self.resize == "auto" else self.resize,
+                                  pad_value=None if self.pad_value < 0 else self.pad_value,
+                                  mean=parse_channel_values(self.mean, "mean"), std=std,
+                                  bgr=None if self.channel_order == "auto" else self.channel_order == "bgr")
 
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group

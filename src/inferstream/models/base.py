@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:
@@ -91,6 +91,24 @@ class Preprocess:
     def normalises(self) -> bool:
         """True when the [0, 1] RGB needs the mean/std step (or a channel swap) after resizing."""
         return self.bgr or self.mean != (0.0, 0.0, 0.0) or self.std != (1.0, 1.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class PreprocessOverride:
+    """The user's changes to a family's Preprocess (pyinfer's ``resize``, ``pad-value``, ``mean``, ``std``,
+    ``channel-order``; nvinfer's ``maintain-aspect-ratio``, ``offsets``, ``net-scale-factor``): None keeps the
+    family's value."""
+
+    resize: str | None = None
+    pad_value: int | None = None
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    bgr: bool | None = None
+
+    def apply(self, spec: Preprocess) -> Preprocess:
+        """``spec`` with every value set here replaced (checked as any Preprocess is)."""
+        changes = {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        return replace(spec, **changes) if changes else spec
 
 
 IMAGENET = Preprocess(resize="stretch", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), resample="float")
