@@ -175,8 +175,8 @@ class KafkaClient:
         return done
 
     def _serve(self, producer: ck.Producer, results: list[object], deadline: float) -> None:
-        """Serve delivery reports for 50 ms; raises when the brokers are gone or the deadline passed."""
-        producer.poll(0.05)
+        """Serve delivery reports for up to 50 ms; raises when the brokers are gone or the deadline passed."""
+        producer.flush(0.05)  # unlike poll, flush sends at once instead of waiting out linger.ms
         if self._lost is not None and _PENDING in results:
             raise BrokerError(f"kafka {self._where}: {self._lost.str()}; "
                               f"{results.count(_PENDING)} message(s) unconfirmed", confirmed=_prefix(results))
