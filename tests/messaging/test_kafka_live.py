@@ -20,6 +20,7 @@ import pytest
 from msg_servers import BrokerServer, TansuProxy
 from msg_subscribers import kafka_read_all
 
+from inferstream.messaging.brokers import BrokerError, create_client, parse_conn_str
 from inferstream.messaging.publisher import Publisher, PublisherConfig, PublisherEvent
 
 BATCH = 64
@@ -123,3 +124,18 @@ def test_kafka_publisher_survives_broker_restart(proxied_kafka: TansuProxy, tmp_
     assert report.pending == 0 and report.dropped == 0 and report.delivered == sent
     assert spooled_during > 0, "the outage should have pushed messages to the disk spool"
     assert stats.reconnects >= 1 and any(e.code == "disconnected" for e in events)
+
+
+def test_kafka_client_confirms_only_what_the_broker_reported(server_for: Callable[[str], BrokerServer]) -> None:
+    """A batch whose third message librdkafka refuses (over message.max.bytes): the two before it are confirmed
+    by their delivery reports, the error names the cause, and the broker holds exactly those two."""
+    server = server_for("kafka")
+    topic = f"refused-{uuid.uuid4().hex[:8]}"
+    client = create_client(parse_conn_str("kafka", server.conn_str))
+    client.connect(5)
+    with pytest.raises(BrokerError, match="too large") as info:
+        client.publish_batch([(topic, _payload(0), "cam0"), (topic, _payload(1), "cam0"),
+                              (topic, b"x" * (2 << 20), "cam0"), (topic, _payload(3), "cam0")])
+    client.close()
+    assert info.value.confirmed == 2
+    assert [json.loads(v)["seq"] for _k, v in kafka_read_all(server.port, topic, idle=0.5)] == [0, 1]

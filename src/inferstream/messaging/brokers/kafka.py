@@ -114,7 +114,7 @@ class KafkaClient:
         self._lost: ck.KafkaError | None = None
 
     def _on_error(self, err: ck.KafkaError) -> None:
-        """librdkafka's error callback (served by poll on the publishing thread)."""
+        """librdkafka's error callback (served by poll / flush on the publishing thread)."""
         if err.fatal() or err.code() in _LOST:
             self._lost = err
 
@@ -148,39 +148,34 @@ class KafkaClient:
         if producer is None:
             raise BrokerError("kafka: not connected")
         results: list[object] = [_PENDING] * len(messages)
-
-        def report(i: int) -> Any:
-            def on_delivery(err: ck.KafkaError | None, _msg: ck.Message) -> None:
-                results[i] = err
-            return on_delivery
-
         deadline = time.monotonic() + self._publish_timeout
         for i, (topic, payload, key) in enumerate(messages):
-            while True:
-                try:
-                    producer.produce(topic, payload, key, on_delivery=report(i))
-                    break
-                except BufferError:  # librdkafka's local queue is full: serve reports, then retry
-                    self._serve(producer, results, deadline)
-                except ck.KafkaException as exc:
-                    raise BrokerError(f"kafka produce to {topic!r}: {exc.args[0].str()}",
-                                      confirmed=_prefix(results)) from exc
-        while _PENDING in results:
+            try:
+                while True:
+                    try:
+                        producer.produce(topic, payload, key, on_delivery=_reporter(results, i))
+                        break
+                    except BufferError:  # librdkafka's local queue is full: serve reports, then retry
+                        self._serve(producer, results, deadline)
+            except ck.KafkaException as exc:  # refused locally (too large, bad topic name): the rest is not sent
+                results[i:] = [exc.args[0]] * (len(messages) - i)
+                break
+        while _unreported(results):
             self._serve(producer, results, deadline)
         done = _prefix(results)
         if done < len(messages):
             err = results[done]
-            assert isinstance(err, ck.KafkaError)
-            raise BrokerError(f"kafka delivery to {messages[done][0]!r} failed: {err.str()}", confirmed=done)
+            why = err.str() if isinstance(err, ck.KafkaError) else err
+            raise BrokerError(f"kafka delivery to {messages[done][0]!r} failed: {why}", confirmed=done)
         return done
 
     def _serve(self, producer: ck.Producer, results: list[object], deadline: float) -> None:
         """Serve delivery reports for up to 50 ms; raises when the brokers are gone or the deadline passed."""
         producer.flush(0.05)  # unlike poll, flush sends at once instead of waiting out linger.ms
-        if self._lost is not None and _PENDING in results:
+        if self._lost is not None and _unreported(results):
             raise BrokerError(f"kafka {self._where}: {self._lost.str()}; "
-                              f"{results.count(_PENDING)} message(s) unconfirmed", confirmed=_prefix(results))
-        if time.monotonic() > deadline and _PENDING in results:
+                              f"{_unreported(results)} message(s) unconfirmed", confirmed=_prefix(results))
+        if time.monotonic() > deadline and _unreported(results):
             raise BrokerError(f"kafka: no delivery report within {self._publish_timeout} s",
                               confirmed=_prefix(results))
 
@@ -188,6 +183,18 @@ class KafkaClient:
         producer, self._producer = self._producer, None
         if producer is not None:
             _destroy(producer)
+
+
+def _reporter(results: list[object], i: int) -> Any:
+    """Delivery-report callback that stores message ``i``'s outcome (``None`` = delivered)."""
+    def on_delivery(err: ck.KafkaError | None, _msg: ck.Message) -> None:
+        results[i] = err
+    return on_delivery
+
+
+def _unreported(results: list[object]) -> int:
+    """Messages without a delivery report yet (by identity: KafkaError's ``==`` fails on other types)."""
+    return sum(r is _PENDING for r in results)
 
 
 def _prefix(results: list[object]) -> int:
