@@ -3,8 +3,8 @@
 Tansu keeps topics in memory, so a broker restart empties it. The outage test therefore cuts the publisher off
 first (it reaches the broker through ``tansu proxy``, which is stopped), reads everything the broker confirmed
 with a consumer, and only then restarts the broker: every message id must then be found before or after the
-restart, and a loss could only be the publisher's. Duplicates are counted and bounded by one batch (the batch in
-flight when the link was cut).
+restart, and a loss could only be the publisher's; each key's first deliveries must keep their order. Duplicates are
+counted and bounded by one batch (the batch in flight when the link was cut).
 """
 from __future__ import annotations
 
@@ -120,6 +120,9 @@ def test_kafka_publisher_survives_broker_restart(proxied_kafka: TansuProxy, tmp_
     assert set(counts) == set(range(sent))
     assert dups <= BATCH, "more duplicates than the one batch in flight when the link was cut"
     assert all(json.loads(v)["cam"] == k for k, v in before + after)
+    for cam in range(4):  # each key's first deliveries keep the order it was submitted in
+        firsts = list(dict.fromkeys(json.loads(v)["seq"] for k, v in before + after if k == f"cam{cam}"))
+        assert firsts == sorted(firsts), f"cam{cam} out of order"
     assert before and after, "the run should span the restart"
     assert report.pending == 0 and report.dropped == 0 and report.delivered == sent
     assert spooled_during > 0, "the outage should have pushed messages to the disk spool"
