@@ -1,7 +1,7 @@
 """Messages/s per broker: N DeepStream full-schema payloads through Publisher until the broker acknowledged all.
 
-Starts its own mosquitto, redis-server and RabbitMQ on loopback ports (tests/messaging/msg_servers.py), skips a
-protocol whose server is not installed, prints a markdown table and writes bench/results/messaging.md.
+Starts its own mosquitto, redis-server, RabbitMQ and Tansu (Kafka) on loopback ports (tests/messaging/msg_servers.py),
+skips a protocol whose server is not installed, prints a markdown table and writes bench/results/messaging.md.
 
     . .venv/bin/activate && python bench/messaging_throughput.py [--n 5000]
 """
@@ -52,7 +52,7 @@ def run(proto: str, port: int, msgs: list[bytes], batch_size: int, spool: Path, 
     topic = f"bench-{proto}-{batch_size}"
     t0 = time.perf_counter()
     for m in msgs:
-        pub.submit(topic, m)
+        pub.submit(topic, m, "cam-0")  # pymsgbroker keys every message with its stream id
     report = pub.flush(600)
     dt = time.perf_counter() - t0
     pub.close()
@@ -68,7 +68,7 @@ def main() -> None:
     avg = sum(map(len, msgs)) / len(msgs)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for proto in ("mqtt", "redis", "amqp"):
+        for proto in ("mqtt", "redis", "amqp", "kafka"):
             if BINARIES[proto] is None:
                 rows.append(f"| {proto} | | - | - | - | - | server not installed |")
                 continue
@@ -92,8 +92,9 @@ def main() -> None:
     cpu = platform.processor() or platform.machine()
     what = (f"{args.n} DeepStream full-schema payloads ({avg:.0f} B average) through `Publisher` (disk spool "
             "configured, broker up), timed from the first `submit` to `flush` returning with every message "
-            "acknowledged (MQTT QoS-1 PUBACK, Redis XADD reply, AMQP `tx.commit-ok` or publisher confirm). Brokers "
-            "on loopback, started by the script; `batch` = messages per `publish_batch` (1 = one round trip per "
+            "acknowledged (MQTT QoS-1 PUBACK, Redis XADD reply, AMQP `tx.commit-ok` or publisher confirm, Kafka "
+            "delivery report of an idempotent `acks=all` producer; the Kafka broker is Tansu, memory storage). "
+            "Every message carries the key `cam-0`. Brokers on loopback, started by the script; `batch` = messages per `publish_batch` (1 = one round trip per "
             "message).")
     machine = (f"Machine: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}. Numbers vary by "
                "+-30 % between runs on a shared VM.")

@@ -19,6 +19,7 @@ _spec.loader.exec_module(_messaging)
 
 amqp_server = _messaging.amqp_server
 fresh_server = _messaging.fresh_server
+kafka_server = _messaging.kafka_server
 mqtt_server = _messaging.mqtt_server
 redis_server = _messaging.redis_server
 server_for = _messaging.server_for

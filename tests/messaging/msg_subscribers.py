@@ -6,6 +6,7 @@ import time
 import uuid
 from typing import Any
 
+import confluent_kafka as ck
 import paho.mqtt.client as mqtt
 import pika
 import redis
@@ -78,3 +79,31 @@ def amqp_read_all(port: int, queue: str, idle: float = 1.0) -> list[bytes]:
     finally:
         conn.close()
     return out
+
+
+def kafka_read_all(port: int, topic: str, idle: float = 1.0, timeout: float = 30.0) -> list[tuple[str | None, bytes]]:
+    """Every ``(key, value)`` of every partition of ``topic``, from the first offset, read until nothing new came
+    for ``idle`` seconds; partitions one after another, each in offset order. A plain consumer with the partitions
+    assigned (no group: a group join takes seconds)."""
+    consumer = ck.Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"read-{uuid.uuid4().hex[:8]}",
+                            "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+    out: dict[int, list[tuple[str | None, bytes]]] = {}
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        if meta.error is not None:
+            raise RuntimeError(f"kafka topic {topic!r}: {meta.error}")
+        consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in meta.partitions])
+        last = start = time.monotonic()
+        while time.monotonic() - last < idle and time.monotonic() - start < timeout:
+            msg = consumer.poll(0.05)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                raise RuntimeError(f"kafka consumer: {msg.error()}")
+            key, value, partition = msg.key(), msg.value(), msg.partition()
+            assert value is not None and partition is not None
+            out.setdefault(partition, []).append((None if key is None else bytes(key).decode(), value))
+            last = time.monotonic()
+    finally:
+        consumer.close()
+    return [m for p in sorted(out) for m in out[p]]

@@ -33,7 +33,14 @@ NO_ENV: dict[str, str] = {}
     ("mqtt", "mqtt://h:1/x", None, pytest.raises(ConnStrError, match="unexpected path")),
     ("redis", "redis://h/db0", None, pytest.raises(ConnStrError, match=r"\[/db\]")),
     ("amqp", "amqp://:5672", None, pytest.raises(ConnStrError, match=r"no host; expected 'host;port;username'")),
-    ("kafka", "h;9092", None, pytest.raises(ConnStrError, match=r"unknown broker protocol 'kafka'; known: \[")),
+    ("kafka", "h;9093", Endpoint("kafka", "h", 9093, servers=("h:9093",)), nullcontext()),
+    ("kafka", "a,b:9000,[::1]:9001", Endpoint("kafka", "a", 9092, servers=("a:9092", "b:9000", "[::1]:9001")),
+     nullcontext()),
+    ("kafka", "kafka://h:9092", None, pytest.raises(ConnStrError, match=r"no URL scheme in a Kafka conn-str; expected 'host;port' or")),
+    ("kafka", "a:9092,", None, pytest.raises(ConnStrError, match="no host in ''")),
+    ("kafka", "h:99999", None, pytest.raises(ConnStrError, match="port 99999 out of range")),
+    ("kafka", "u:pw@h", None, pytest.raises(ConnStrError, match=r"^kafka conn-str: no credentials here")),
+    ("zmq", "h;9092", None, pytest.raises(ConnStrError, match=r"unknown broker protocol 'zmq'; known: \[")),
 ])
 def test_parse_conn_str(proto: str, conn_str: str, expected: Endpoint | None,
                         raises: AbstractContextManager[Any]) -> None:
@@ -74,8 +81,8 @@ def test_broker_table_targets_import() -> None:
 
 
 def test_create_client_rejects_unknown_protocol() -> None:
-    with pytest.raises(ConnStrError, match="unknown broker protocol 'kafka'"):
-        create_client(Endpoint("kafka", "h", 9092))
+    with pytest.raises(ConnStrError, match="unknown broker protocol 'zmq'"):
+        create_client(Endpoint("zmq", "h", 9092))
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -89,3 +96,31 @@ def test_redact_credentials_hides_url_passwords_only(text: str, expected: str) -
     from inferstream.messaging.brokers import redact_credentials
 
     assert redact_credentials(text) == expected
+
+
+def test_kafka_librdkafka_config_precedence(tmp_path: Path) -> None:
+    """Derived from TLS and credentials < the file's proto-cfg < its other keys < INFERSTREAM_KAFKA_*."""
+    from inferstream.messaging.brokers.kafka import librdkafka_config
+
+    cfg = tmp_path / "cfg_kafka.txt"
+    cfg.write_text('[message-broker]\nusername = u\npassword = p\nclient-id = cam-7\nshare-connection = 1\n'
+                   'proto-cfg = "linger.ms=20;sasl.mechanism=SCRAM-SHA-256"\nsasl.mechanism = SCRAM-SHA-512\n')
+    tls = TlsOptions(enabled=True, ca_file="/ca.pem")
+    ep = parse_conn_str("kafka", "h:1", tls=tls, credentials_file=cfg, environ=NO_ENV)
+    env = {"INFERSTREAM_KAFKA_SASL_PASSWORD": "from-env", "INFERSTREAM_KAFKA_COMPRESSION_TYPE": "lz4"}
+    assert librdkafka_config(ep, env) == {
+        "security.protocol": "SASL_SSL", "ssl.ca.location": "/ca.pem", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "u", "sasl.password": "from-env", "linger.ms": "20", "compression.type": "lz4"}
+    assert "'p'" not in repr(ep) and "SCRAM" not in repr(ep)  # password and file options stay out of logs
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"INFERSTREAM_KAFKA_ACKS": "1"}, r"\['acks'\] are set by inferstream"),
+    ({"INFERSTREAM_KAFKA_ENABLE_IDEMPOTENCE": "false"}, r"\['enable.idempotence'\] are set"),
+])
+def test_kafka_librdkafka_config_refuses_the_delivery_guarantee_keys(env: dict[str, str], message: str) -> None:
+    from inferstream.errors import ConfigError
+    from inferstream.messaging.brokers.kafka import librdkafka_config
+
+    with pytest.raises(ConfigError, match=message):
+        librdkafka_config(parse_conn_str("kafka", "h", environ=NO_ENV), env)

@@ -193,7 +193,7 @@ def test_spool_survives_kill_9(fresh_server: Callable[[str], BrokerServer], tmp_
     assert not list(spool.glob("*.seg")), "confirmed segments must be deleted"
 
 
-@pytest.mark.parametrize("proto", PROTOCOLS)
+@pytest.mark.parametrize("proto", [*PROTOCOLS, "kafka"])
 def test_publisher_fail_fast_raises_when_broker_absent(proto: str, tmp_path: Path) -> None:
     pub = _publisher(proto, free_port(), tmp_path / "spool", fail_fast=True)
     with pytest.raises(BrokerUnavailableError, match="fail-fast"):

@@ -11,7 +11,8 @@ error with ``fail-fast``. At EOS the element waits up to ``flush-timeout`` for d
 ``inferstream/msgbroker-flushed`` (``delivered``, ``pending``, ``spooled``, ``dropped``: guint64) and a WARNING
 when anything is undelivered, then lets EOS through: it never hangs. ``stop`` closes the publisher (waiting up to
 ``flush-timeout`` only when no EOS flush ran); with a ``spool-dir``, what is still undelivered stays there and is
-sent first by the next run. Each payload's message key is its stream id (Redis ``key`` field, AMQP message-id).
+sent first by the next run. Each payload's message key is its stream id (Redis ``key`` field, AMQP message-id,
+the Kafka record key).
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
     __gstmetadata__ = (
         "inferstream message broker",
         "Sink/Network",
-        ("Publishes the JSON payloads pymsgconv attached to each buffer to MQTT, Redis Streams, AMQP or a JSONL "
-         "file, at least once: confirmed delivery, memory and disk spool while the broker is away, replay after "
+        ("Publishes the JSON payloads pymsgconv attached to each buffer to MQTT, Redis Streams, AMQP, Kafka or a "
+         "JSONL file, at least once: confirmed delivery, memory and disk spool while the broker is away, replay after "
          "reconnects and restarts. Does not sync to the clock by default"),
         "inferstream",
     )
@@ -80,12 +81,14 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
     proto = props.choice("Protocol", "Broker protocol", tuple(BROKERS), "mqtt")
     conn_str = props.string("Connection string", "Broker address: 'host;port' (AMQP: 'host;port;username') or a "
                             "URL mqtt[s]://[user:pass@]host[:port], redis[s]://...[/db], amqp[s]://...[/vhost]; "
-                            "proto=file: the JSONL file's path")
-    topic = props.string("Topic", "MQTT topic / Redis stream / AMQP routing key (and queue name); ignored by "
-                         "proto=file", "inferstream")
+                            "Kafka: 'host;port' or 'host[:port][,host[:port]...]' (bootstrap brokers, no "
+                            "credentials); proto=file: the JSONL file's path")
+    topic = props.string("Topic", "MQTT topic / Redis stream / AMQP routing key (and queue name) / Kafka topic "
+                         "(must exist or be auto-created by the broker); ignored by proto=file", "inferstream")
     config = props.string("Config", "Credentials file: a [message-broker] section with username / password (and "
-                          "client-id, exchange, payloadkey, streamsize); overridden by INFERSTREAM_BROKER_USERNAME "
-                          "/ _PASSWORD")
+                          "client-id, exchange, payloadkey, streamsize; Kafka: proto-cfg=\"k=v;k=v\" and any "
+                          "librdkafka property, e.g. sasl.mechanism); overridden by INFERSTREAM_BROKER_USERNAME / "
+                          "_PASSWORD and, for Kafka, INFERSTREAM_KAFKA_<PROPERTY> (dots as underscores)")
     spool_dir = props.string("Spool directory", "Directory of the disk spool for messages the broker has not "
                              "confirmed (kept across restarts, one element per directory); empty: memory only")
     memory_limit = props.integer("Memory limit", "Undelivered messages kept in memory; beyond this the oldest go "
@@ -100,7 +103,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
     fail_fast = props.boolean("Fail fast", "A broker unreachable at start is an error; otherwise a warning, and "
                               "messages are buffered until it appears", False)
     ca_file = props.string("CA file", "PEM bundle to verify the broker with; setting it (or cert-file) switches "
-                           "TLS on, as do mqtts:// rediss:// amqps:// URLs")
+                           "TLS on, as do mqtts:// rediss:// amqps:// URLs (Kafka: security.protocol=SSL)")
     cert_file = props.string("Certificate file", "Client certificate (PEM) for mutual TLS")
     key_file = props.string("Key file", "Private key (PEM) of the client certificate")
 

@@ -2,7 +2,7 @@
 
 Adding a broker is one file (a class that satisfies :class:`~.base.BrokerClient` and takes ``(endpoint, **options)``)
 plus one line in :data:`BROKERS`. Client modules are imported only when used, so a missing optional package
-(paho-mqtt, redis, pika) matters only for the protocol that needs it.
+(paho-mqtt, redis, pika, confluent-kafka) matters only for the protocol that needs it.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ BROKERS: Final[dict[str, BrokerSpec]] = {
     "redis": BrokerSpec("inferstream.messaging.brokers.redis_streams:RedisStreamsClient", ("redis", "rediss"),
                         6379, 6379),
     "amqp": BrokerSpec("inferstream.messaging.brokers.amqp:AmqpClient", ("amqp", "amqps"), 5672, 5671),
+    "kafka": BrokerSpec("inferstream.messaging.brokers.kafka:KafkaClient", ("kafka", "kafka"), 9092, 9092),
     "file": BrokerSpec("inferstream.messaging.brokers.file:JsonlFileClient", ("file", "file"), 0, 0),
 }
 

@@ -5,6 +5,9 @@ Connection strings (``conn-str`` of pymsgbroker), per protocol:
 * DeepStream style: ``host;port`` (``host;port;username`` for AMQP, as DeepStream's AMQP adapter takes it).
 * URLs: ``mqtt://[user:pass@]host[:port]`` (``mqtts://`` = TLS), ``redis://[user:pass@]host[:port][/db]``
   (``rediss://``), ``amqp://[user:pass@]host[:port][/vhost]`` (``amqps://``).
+* Kafka: ``host;port`` or a bootstrap list ``host[:port][,host[:port]...]`` (librdkafka's ``bootstrap.servers``;
+  IPv6 as ``[::1]:9092``); TLS and SASL come from the TLS options, the credentials file and the environment
+  (:mod:`~inferstream.messaging.brokers.kafka`).
 
 Credentials, lowest to highest precedence: the conn-str's ``user:pass@``, a credentials file (DeepStream's
 ``cfg_*.txt`` style: a ``[message-broker]`` section with ``username``/``password``), then the environment variables
@@ -28,12 +31,14 @@ ENV_USERNAME: Final = "INFERSTREAM_BROKER_USERNAME"
 ENV_PASSWORD: Final = "INFERSTREAM_BROKER_PASSWORD"
 # scheme://user:password@ (the user part never starts with "[": "mqtt://[user:pass@]host" is a format hint)
 _URL_PASSWORD: Final = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@;'\"\[\]]*):[^\s'\"]*@")
+# user:password@host without a scheme (Kafka's conn-str has none; its parser refuses userinfo, but quotes may not)
+_BARE_PASSWORD: Final = re.compile(r"(?<![\w/:@\[.-])([A-Za-z0-9_.-]+):[^\s'\"@/:]+@(?=[\w\[])")
 
 
 def redact_credentials(text: str) -> str:
     """``text`` with the password of every ``scheme://user:password@host`` URL in it replaced by ``***``: pipeline
     lines, bus messages and errors that quote a conn-str end up in terminals and logs."""
-    return _URL_PASSWORD.sub(r"\1:***@", text)
+    return _BARE_PASSWORD.sub(r"\1:***@", _URL_PASSWORD.sub(r"\1:***@", text))
 
 
 class BrokerError(InferstreamError):
@@ -86,13 +91,15 @@ class Endpoint:
     """Where and how to connect.
 
     Attributes:
-        proto: ``mqtt``, ``redis`` or ``amqp`` (a key of the broker table).
+        proto: ``mqtt``, ``redis``, ``amqp`` or ``kafka`` (a key of the broker table).
         host, port: the broker's address.
         database: Redis database number (``/db`` of the URL), else ``None``.
         vhost: AMQP virtual host, ``/`` by default.
         username, password: credentials after the precedence rules of the module docstring.
         tls: TLS settings.
-        options: the credentials file's other ``[message-broker]`` keys (e.g. ``client-id``), lower-cased.
+        options: the credentials file's other ``[message-broker]`` keys (e.g. ``client-id``), lower-cased; not in
+            the repr (a Kafka file may hold ``sasl.password``).
+        servers: Kafka only: every bootstrap broker as ``host:port`` (``host``/``port`` are the first).
     """
 
     proto: str
@@ -103,7 +110,8 @@ class Endpoint:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     tls: TlsOptions = TlsOptions()
-    options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    servers: tuple[str, ...] = ()
 
 
 class BrokerClient(Protocol):
@@ -149,7 +157,33 @@ def _ds_style(proto: str, conn_str: str, default_port: int) -> tuple[str, int, s
     return parts[0], port, user
 
 
+def _kafka_servers(conn_str: str, default_port: int) -> tuple[str, ...]:
+    """``host;port`` or ``host[:port][,host[:port]...]`` -> ``("host:port", ...)``."""
+    if ";" in conn_str:
+        host, port, _user = _ds_style("kafka", conn_str, default_port)
+        return (f"{host}:{port}",)
+    servers = []
+    for item in conn_str.split(","):
+        item = item.strip()
+        if item.startswith("["):  # [v6]:port
+            host, _, rest = item[1:].partition("]")
+            port_text = rest[1:] if rest.startswith(":") else ""
+            if rest and not rest.startswith(":"):
+                raise ValueError(f"bad IPv6 address {item!r}")
+        else:
+            host, _, port_text = item.partition(":")
+        if not host:
+            raise ValueError(f"no host in {item!r}")
+        port = int(port_text) if port_text else default_port
+        if not 0 < port < 65536:
+            raise ValueError(f"port {port} out of range")
+        servers.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return tuple(servers)
+
+
 def _formats(proto: str, schemes: Sequence[str]) -> str:
+    if proto == "kafka":
+        return "'host;port' or 'host[:port][,host[:port]...]' (TLS/SASL: config file or environment)"
     ds = "host;port;username" if proto == "amqp" else "host;port"
     tail = {"redis": "[/db]", "amqp": "[/vhost]"}.get(proto, "")
     return f"'{ds}' or '{schemes[0]}://[user:pass@]host[:port]{tail}' (TLS: '{schemes[1]}://...')"
@@ -161,7 +195,7 @@ def parse_conn_str(proto: str, conn_str: str, *, tls: TlsOptions | None = None,
     """Parse a pymsgbroker connection string.
 
     Args:
-        proto: protocol name, a key of the broker table (``mqtt``, ``redis``, ``amqp``).
+        proto: protocol name, a key of the broker table (``mqtt``, ``redis``, ``amqp``, ``kafka``).
         conn_str: see the module docstring for the accepted forms.
         tls: TLS settings; a TLS URL scheme switches ``enabled`` on.
         credentials_file: optional ``[message-broker]`` INI file with ``username``/``password`` (and other keys,
@@ -184,8 +218,18 @@ def parse_conn_str(proto: str, conn_str: str, *, tls: TlsOptions | None = None,
     tls = tls or TlsOptions()
     database: int | None = None
     vhost = "/"
+    servers: tuple[str, ...] = ()
+    if proto == "kafka" and "@" in conn_str:  # not quoted: the text before '@' may be a password
+        raise ConnStrError(f"kafka conn-str: no credentials here (use the config file or {ENV_USERNAME} / "
+                           f"{ENV_PASSWORD}); expected {expected}")
     try:
-        if "://" in conn_str:
+        if proto == "kafka":
+            if "://" in conn_str:
+                raise ValueError("no URL scheme in a Kafka conn-str")
+            servers = _kafka_servers(conn_str, spec.default_port)
+            host, _, port_text = servers[0].rpartition(":")
+            host, port, user, password = host.strip("[]"), int(port_text), None, None
+        elif "://" in conn_str:
             url = urlsplit(conn_str)
             if url.scheme not in spec.schemes:
                 raise ValueError(f"scheme {url.scheme!r} is not one of {list(spec.schemes)}")
@@ -219,7 +263,7 @@ def parse_conn_str(proto: str, conn_str: str, *, tls: TlsOptions | None = None,
     env = os.environ if environ is None else environ
     user = env.get(ENV_USERNAME, user)
     password = env.get(ENV_PASSWORD, password)
-    return Endpoint(proto, host, port, database, vhost, user, password, tls, options)
+    return Endpoint(proto, host, port, database, vhost, user, password, tls, options, servers)
 
 
 def read_broker_config(path: str | Path) -> dict[str, str]:
