@@ -13,6 +13,14 @@ from pathlib import Path
 EXIT_CONFIG = 2
 
 
+def _workers_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, or auto (got {text!r})")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="inferstream", description="Video analytics pipelines from a YAML config.",
                                  epilog="exit codes: 0 done, 1 a stream failed, 2 invalid config, 130 Ctrl-C")
@@ -30,6 +38,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a pipeline config")
     run.add_argument("config", type=Path, help="YAML config (see examples/)")
     run.add_argument("--print-pipeline", action="store_true", help="print the gst-launch-1.0 line and exit")
+    run.add_argument("--workers", type=_workers_arg, metavar="N|auto",
+                     help="worker processes to shard the sources over (default: the config's workers, 1)")
     live_options(run)
 
     demo = sub.add_parser("demo", help="vtest.avi + person detector (+ tracker) + OSD -> MP4 and events.jsonl")
@@ -51,12 +61,19 @@ def _run(args: argparse.Namespace) -> int:
     from inferstream.app.console import make_console
     from inferstream.app.pipeline import build_plan, launch_line
     from inferstream.app.runner import Runner
+    from inferstream.app.workers import run_workers, worker_count
 
-    plan = build_plan(load_config(args.config))
+    cfg = load_config(args.config)
+    plan = build_plan(cfg)
     if args.print_pipeline:
         print(launch_line(plan))
         return 0
     console = make_console(args.console, args.interval)
+    workers, note = worker_count(cfg.workers if args.workers is None else args.workers, cfg)
+    if note:
+        console.message(note)
+    if workers > 1:
+        return run_workers(cfg, workers, console, args.metrics_port, args.eos_timeout).exit_code
     return Runner(plan, console, args.metrics_port, args.eos_timeout).run().exit_code
 
 

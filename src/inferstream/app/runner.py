@@ -182,6 +182,11 @@ class Runner:
         outputs = {s.plan.id: s.plan.output for s in self.streams.values() if s.plan.output}
         return RunResult(code, bool(self._interrupts), final, outputs)
 
+    def interrupt(self) -> None:
+        """What a Ctrl-C does (the first finishes the streams, a second stops now), for a caller that handles the
+        signals itself: a worker process, whose signal may come before ``run`` installs the handler."""
+        self._interrupts += 1
+
     def _install_sigint(self) -> Any:
         """Count Ctrl-Cs instead of raising KeyboardInterrupt; returns the previous handler (None off the main
         thread, where signals cannot be caught)."""

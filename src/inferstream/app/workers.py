@@ -1,0 +1,335 @@
+"""``inferstream run --workers N``: the sources sharded over N worker processes (``app/worker.py``), each running
+its shard through the in-process runner with its own batch-group on the same device, under one supervisor.
+
+One interpreter's GIL bounds a pipeline's host work (``BENCHMARKS.md``); N interpreters lift that bound. The parent
+draws one console and serves one Prometheus endpoint for all workers from the snapshots they report, forwards
+Ctrl-C/SIGTERM to every worker (each finishes its files), and reports a worker that dies with its streams: it is
+restarted (``worker-restarts`` times; its streams start over) or its streams are failed while the others go on.
+A worker that dies before its first frame, or fails as a whole, fails the run fast: the others are stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from queue import Empty, Queue
+from typing import IO, Any, Final
+
+from inferstream.app.config import AppConfig
+from inferstream.app.console import Console
+from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
+from inferstream.app.pipeline import Plan, build_plan
+from inferstream.app.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_STREAM_FAILED, RunResult
+from inferstream.app.worker import decode_snapshot, encode_plan
+from inferstream.app.workerstats import merge_batches, worker_metrics
+
+TICK_S: Final = 0.1
+MAX_AUTO_CUDA: Final = 8  # the H200 figures: 8 x 8 streams was the best split of 64 with pytracker
+STDERR_TAIL: Final = 20
+EXIT_GRACE_S: Final = 15.0  # after the EOS timeout, how long a worker may take to exit before it is killed
+
+
+def cpu_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
+    """``workers: auto``: on CUDA min(sources, 8, cores // 2), on CPU 1.
+
+    On the H200 (16 cores) 8 processes of 8 streams ran 2.3x one process with pytracker, 4 already 2.1x; each
+    worker needs about two cores (its streaming threads and the batch). On CPU the model's thread pool already
+    uses every core, and on the 2-core VM two workers gain nothing with a real model (``BENCHMARKS.md``).
+    """
+    device = str(cfg.infer.properties.get("device", "cpu"))
+    if not device.startswith("cuda"):
+        return 1
+    return max(1, min(len(cfg.sources), MAX_AUTO_CUDA, (cores or cpu_cores()) // 2))
+
+
+def worker_count(asked: int | str, cfg: AppConfig) -> tuple[int, str | None]:
+    """How many workers to run for ``asked`` (N or ``auto``), and what to say about it (None: nothing)."""
+    n_sources = len(cfg.sources)
+    if asked == "auto":
+        n = auto_workers(cfg)
+        return n, (f"workers: auto -> {n} ({n_sources} sources, device "
+                   f"{cfg.infer.properties.get('device', 'cpu')}, {cpu_cores()} cores)" if n > 1 else None)
+    n = int(asked)
+    if n > n_sources:
+        return n_sources, f"workers: {n} asked for {n_sources} source(s): running {n_sources}, one per source"
+    return n, None
+
+
+def shards(n_sources: int, n_workers: int) -> list[range]:
+    """Contiguous, balanced shards of source indices: the first ``n_sources % n_workers`` get one more."""
+    size, extra = divmod(n_sources, n_workers)
+    out, start = [], 0
+    for i in range(n_workers):
+        end = start + size + (1 if i < extra else 0)
+        out.append(range(start, end))
+        start = end
+    return out
+
+
+@dataclass
+class _Worker:
+    index: int
+    plan: Plan
+    proc: subprocess.Popen[bytes] | None = None
+    generation: int = 0
+    snap: Snapshot | None = None
+    exit_code: int | None = None  # the worker's own report (None: it died)
+    fatal: str | None = None
+    restarts: int = 0
+    causes: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # stream id -> why (the worker died)
+    ended: bool = False
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_TAIL))
+
+    @property
+    def ids(self) -> list[str]:
+        return [s.id for s in self.plan.streams]
+
+    @property
+    def name(self) -> str:
+        return f"worker {self.index} ({', '.join(self.ids)})"
+
+    def any_frames(self) -> bool:
+        return self.snap is not None and any(v.frames for v in self.snap.streams)
+
+
+class Supervisor:
+    """Start the workers, relay their reports to one console and endpoint, restart or fail the ones that die."""
+
+    def __init__(self, cfg: AppConfig, n_workers: int, console: Console, metrics_port: int | None = None,
+                 eos_timeout_s: float = 10.0) -> None:
+        self.cfg, self.console, self.metrics_port, self.eos_timeout_s = cfg, console, metrics_port, eos_timeout_s
+        self.workers = [_Worker(i, build_plan(cfg, shard)) for i, shard in enumerate(shards(len(cfg.sources),
+                                                                                           n_workers))]
+        self.order = cfg.stream_ids()
+        self.inbox: Queue[tuple[int, int, dict[str, Any] | None]] = Queue()
+        self.metrics: MetricsServer | None = None
+        self._interrupts = 0
+        self._forwarded = 0
+        self._deadline: float | None = None
+        self._stopping = False
+        self._said: set[str] = set()
+        self._started = time.monotonic()
+
+    # processes --------------------------------------------------------------------------------------------
+    def _spawn(self, w: _Worker) -> None:
+        read_fd, write_fd = os.pipe()
+        w.generation += 1
+        w.snap, w.exit_code, w.fatal = None, None, None
+        w.proc = subprocess.Popen([sys.executable, "-m", "inferstream.app.worker", str(write_fd)],
+                                  stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                                  start_new_session=True)  # the terminal's Ctrl-C reaches the parent only
+        os.close(write_fd)
+        assert w.proc.stdin is not None and w.proc.stderr is not None
+        w.proc.stdin.write(json.dumps({"plan": encode_plan(w.plan), "eos_timeout_s": self.eos_timeout_s}).encode())
+        w.proc.stdin.close()
+        for target, stream in ((self._read_reports, os.fdopen(read_fd, "r")), (self._read_stderr, w.proc.stderr)):
+            threading.Thread(target=target, args=(w, w.generation, stream), daemon=True,
+                             name=f"worker{w.index}-{target.__name__}").start()
+
+    def _read_reports(self, w: _Worker, generation: int, stream: IO[str]) -> None:
+        with stream:
+            for line in stream:
+                try:
+                    self.inbox.put((w.index, generation, json.loads(line)))
+                except ValueError:
+                    continue  # a torn line from a dying worker
+        self.inbox.put((w.index, generation, None))
+
+    @staticmethod
+    def _read_stderr(w: _Worker, _generation: int, stream: IO[bytes]) -> None:
+        """What a worker prints on stderr goes to ours (as one process would print it); its tail says why it died."""
+        with stream:
+            for raw in stream:
+                line = raw.decode(errors="replace")
+                w.stderr.append(line.rstrip())
+                sys.stderr.write(line)
+
+    def _signal_all(self, signum: int) -> None:
+        for w in self.workers:
+            if not w.ended and w.proc is not None and w.proc.poll() is None:
+                w.proc.send_signal(signum)
+
+    # running ----------------------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        for w in self.workers:
+            self._spawn(w)
+        self.say("workers: " + "; ".join(f"{w.name} pid {w.proc.pid if w.proc else '-'}" for w in self.workers))
+        if self.metrics_port is not None:
+            self.metrics = MetricsServer(self.metrics_port)
+            self.say(f"metrics: http://127.0.0.1:{self.metrics.port}/metrics")
+        previous = self._install_signals()
+        try:
+            self._loop()
+        finally:
+            self._signal_all(signal.SIGKILL)  # only a worker still running after its deadline, or on an exception
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            final = self.snapshot()
+            if self.metrics is not None:
+                self.metrics.publish(final, worker_metrics(self.workers, self.order))
+                self.metrics.close()
+            for w in self.workers:
+                if w.causes:
+                    self.say(f"{w.name}: died {len(w.causes)}x ({'; '.join(w.causes)}), restarted {w.restarts}x",
+                             error=True)
+            self.console.close(final)
+        died = any(w.causes or w.fatal for w in self.workers)
+        failed = died or any(v.status == "failed" for v in final.streams)
+        code = EXIT_INTERRUPTED if self._interrupts else EXIT_STREAM_FAILED if failed else EXIT_OK
+        outputs = {s.id: s.output for w in self.workers for s in w.plan.streams if s.output}
+        return RunResult(code, bool(self._interrupts), final, outputs)
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def on_signal(_signum: int, _frame: object) -> None:
+            self._interrupts += 1
+        return {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _loop(self) -> None:
+        while not all(w.ended for w in self.workers):
+            try:
+                item: tuple[int, int, dict[str, Any] | None] | None = self.inbox.get(timeout=TICK_S)
+            except Empty:
+                item = None
+            while item is not None:
+                self._handle(*item)
+                try:
+                    item = self.inbox.get_nowait()
+                except Empty:
+                    item = None
+            if self._interrupts > self._forwarded:
+                self._forward_interrupt()
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                self.say("workers did not finish in time: killing them (files may be incomplete)", error=True)
+                self._signal_all(signal.SIGKILL)
+                self._deadline = None
+            snap = self.snapshot()
+            self.console.update(snap)
+            if self.metrics is not None:
+                self.metrics.publish(snap, worker_metrics(self.workers, self.order))
+
+    def _forward_interrupt(self) -> None:
+        self._forwarded = self._interrupts
+        if self._interrupts == 1:
+            self.say(f"stopping: finishing the streams of every worker (up to {self.eos_timeout_s:g} s; "
+                     "Ctrl-C again to abort)")
+        self.stop()
+
+    def stop(self) -> None:
+        """SIGINT to every worker still running (each finishes its files), with a deadline for them to exit."""
+        self._stopping = True
+        self._deadline = time.monotonic() + self.eos_timeout_s + EXIT_GRACE_S
+        self._signal_all(signal.SIGINT)
+
+    def say(self, text: str, error: bool = False) -> None:
+        """A message, once: each worker says "Ctrl-C: finishing the streams", the console shows it once."""
+        if text not in self._said:
+            self._said.add(text)
+            self.console.message(text, error)
+
+    # reports ----------------------------------------------------------------------------------------------
+    def _handle(self, index: int, generation: int, item: dict[str, Any] | None) -> None:
+        w = self.workers[index]
+        if generation != w.generation:
+            return  # from a worker that was replaced
+        if item is None:
+            self._on_exit(w)
+        elif "snapshot" in item:
+            w.snap = decode_snapshot(item["snapshot"])
+        elif "message" in item:
+            text, error = item["message"]
+            if not text.startswith("metrics:"):
+                self.say(text, bool(error))
+        elif "fatal" in item:
+            w.fatal = str(item["fatal"])
+        elif "exit" in item:
+            w.exit_code = int(item["exit"])
+
+    def _on_exit(self, w: _Worker) -> None:
+        assert w.proc is not None
+        try:
+            rc = w.proc.wait(timeout=self.eos_timeout_s + EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:  # closed its pipe but lives on: not a worker any more
+            w.proc.kill()
+            rc = w.proc.wait()
+        if w.fatal is not None:
+            self._fail(w, w.fatal, fast=True)
+        elif w.exit_code is None:
+            self._on_death(w, _describe_exit(rc, w.stderr))
+        else:
+            w.ended = True
+            if self.cfg.on_stream_error == "stop" and w.snap and any(v.status == "failed" for v in w.snap.streams):
+                self.stop()
+
+    def _on_death(self, w: _Worker, cause: str) -> None:
+        w.causes.append(cause)
+        if self._stopping:
+            self._fail(w, f"worker died while stopping: {cause}")
+        elif not w.any_frames():
+            self._fail(w, f"worker died before its first frame: {cause}", fast=True)
+        elif w.restarts < self.cfg.worker_restarts:
+            w.restarts += 1
+            self.console.message(f"{w.name} died: {cause}; restarting its streams from the start "
+                                 f"(restart {w.restarts} of {self.cfg.worker_restarts})", error=True)
+            self._spawn(w)
+        else:
+            self._fail(w, f"worker died: {cause}; no restarts left")
+            if self.cfg.on_stream_error == "stop":
+                self.stop()
+
+    def _fail(self, w: _Worker, why: str, fast: bool = False) -> None:
+        """The worker's unfinished streams fail with ``why``; ``fast``: the whole run stops (fail fast)."""
+        w.ended = True
+        views = {v.id: v for v in (w.snap.streams if w.snap else ())}
+        for sid in w.ids:
+            if sid not in views or views[sid].status in ("starting", "running"):
+                w.failed[sid] = why
+        self.console.message(f"{w.name} failed: {why}", error=True)
+        if fast and not self._stopping:
+            self.console.message("stopping the other workers", error=True)
+            self.stop()
+
+    # the merged view --------------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """All workers' last reports as one snapshot, streams in config order."""
+        views: dict[str, StreamView] = {}
+        for w in self.workers:
+            reported = {v.id: v for v in (w.snap.streams if w.snap else ())}
+            for sid in w.ids:
+                v = reported.get(sid) or StreamView(sid, "starting", 0, 0.0, None, None, 0, 0, None)
+                if sid in w.failed:
+                    v = replace(v, status="failed", fps=0.0, eta_s=None, error=w.failed[sid])
+                views[sid] = v
+        snaps = [w.snap for w in self.workers if w.snap is not None]
+        active = max((s.active_s for s in snaps), default=0.0)
+        return Snapshot(time.monotonic() - self._started, tuple(views[sid] for sid in self.order),
+                        merge_batches([s.batch for s in snaps]), active)
+
+
+def _describe_exit(rc: int, stderr: deque[str]) -> str:
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    last = next((line for line in reversed(stderr) if line.strip()), "")
+    return f"exited with code {rc}" + (f": {last.strip()}" if last else "")
+
+
+def run_workers(cfg: AppConfig, n_workers: int, console: Console, metrics_port: int | None = None,
+                eos_timeout_s: float = 10.0) -> RunResult:
+    """Run ``cfg`` over ``n_workers`` (>= 2) worker processes; the result covers every stream."""
+    return Supervisor(cfg, n_workers, console, metrics_port, eos_timeout_s).run()
