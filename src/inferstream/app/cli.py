@@ -60,21 +60,16 @@ def _run(args: argparse.Namespace) -> int:
     from inferstream.app.config import load_config
     from inferstream.app.console import make_console
     from inferstream.app.pipeline import build_plan, launch_line
-    from inferstream.app.runner import Runner
-    from inferstream.app.workers import run_workers, worker_count
+    from inferstream.app.workers import run_config, worker_count
 
     cfg = load_config(args.config)
     plan = build_plan(cfg)
     if args.print_pipeline:
         print(launch_line(plan))
         return 0
+    count = worker_count(args.workers, cfg)
     console = make_console(args.console, args.interval)
-    workers, note = worker_count(cfg.workers if args.workers is None else args.workers, cfg)
-    if note:
-        console.message(note)
-    if workers > 1:
-        return run_workers(cfg, workers, console, args.metrics_port, args.eos_timeout).exit_code
-    return Runner(plan, console, args.metrics_port, args.eos_timeout).run().exit_code
+    return run_config(cfg, count, console, args.metrics_port, args.eos_timeout, plan=plan).exit_code
 
 
 def _demo(args: argparse.Namespace) -> int:

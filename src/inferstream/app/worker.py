@@ -4,7 +4,8 @@
     python -m inferstream.app.worker FD      # the shard's plan and settings as JSON on stdin
 
 Wire format: one JSON object per line on file descriptor FD, each with one key: ``snapshot`` (the runner's
-:class:`Snapshot`, a few times a second and once at the end), ``message`` (``[text, error]``, what the runner's
+:class:`Snapshot`, a few times a second and once at the end, with ``at``: when, on the host's monotonic clock,
+which all processes share), ``message`` (``[text, error]``, what the runner's
 console would print), ``fatal`` (the run failed as a whole: a :class:`RunError`) and last ``exit`` (the runner's
 exit code). A worker that ends without ``exit`` died.
 
@@ -23,10 +24,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from inferstream.app.metrics import Snapshot, StreamView
 from inferstream.app.pipeline import Plan, StreamPlan
+
+if TYPE_CHECKING:
+    from inferstream.app.runner import Runner
 
 PR_SET_PDEATHSIG: Final = 1
 SNAPSHOT_EVERY_S: Final = 0.25
@@ -72,13 +76,13 @@ class PipeConsole:
     def update(self, snap: Snapshot) -> None:
         if time.monotonic() >= self._next:
             self._next = time.monotonic() + SNAPSHOT_EVERY_S
-            self.send(snapshot=encode_snapshot(snap))
+            self.send(snapshot=encode_snapshot(snap), at=time.monotonic())
 
     def message(self, text: str, error: bool = False) -> None:
         self.send(message=[text, error])
 
     def close(self, snap: Snapshot) -> None:
-        self.send(snapshot=encode_snapshot(snap))
+        self.send(snapshot=encode_snapshot(snap), at=time.monotonic())
 
 
 def _die_with_parent() -> None:
@@ -91,7 +95,7 @@ def _die_with_parent() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    runner: Any = None
+    runner: Runner | None = None
     early: list[int] = []
 
     def on_sigint(_signum: int, _frame: object) -> None:
@@ -111,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in early:
             runner.interrupt()
         try:
-            code = runner.run().exit_code
+            code: int = runner.run().exit_code
         except InferstreamError as exc:
             console.send(fatal=str(exc))
             code = 1

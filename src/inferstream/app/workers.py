@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from queue import Empty, Queue
 from typing import IO, Any, Final
@@ -25,9 +26,10 @@ from inferstream.app.config import AppConfig
 from inferstream.app.console import Console
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
 from inferstream.app.pipeline import Plan, build_plan
-from inferstream.app.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_STREAM_FAILED, RunResult
+from inferstream.app.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, Runner, RunResult
 from inferstream.app.worker import decode_snapshot, encode_plan
 from inferstream.app.workerstats import merge_batches, worker_metrics
+from inferstream.errors import ConfigError
 
 TICK_S: Final = 0.1
 MAX_AUTO_CUDA: Final = 8  # the H200 figures: 8 x 8 streams was the best split of 64 with pytracker
@@ -52,17 +54,25 @@ def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
     return max(1, min(len(cfg.sources), MAX_AUTO_CUDA, (cores or cpu_cores()) // 2))
 
 
-def worker_count(asked: int | str, cfg: AppConfig) -> tuple[int, str | None]:
-    """How many workers to run for ``asked`` (N or ``auto``), and what to say about it (None: nothing)."""
+def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False) -> tuple[int, str | None]:
+    """How many workers to run for ``asked`` (N, ``auto``; None: the config's), and what to say about it.
+
+    Raises:
+        ConfigError: frame hooks (``hooks``) with more than one worker: they would see none of the frames.
+    """
+    asked = cfg.workers if asked is None else asked
     n_sources = len(cfg.sources)
+    note = None
     if asked == "auto":
         n = auto_workers(cfg)
-        return n, (f"workers: auto -> {n} ({n_sources} sources, device "
-                   f"{cfg.infer.properties.get('device', 'cpu')}, {cpu_cores()} cores)" if n > 1 else None)
-    n = int(asked)
-    if n > n_sources:
-        return n_sources, f"workers: {n} asked for {n_sources} source(s): running {n_sources}, one per source"
-    return n, None
+        note = (f"workers: auto -> {n} ({n_sources} sources, device {cfg.infer.properties.get('device', 'cpu')}, "
+                f"{cpu_cores()} cores)" if n > 1 else None)
+    elif (n := int(asked)) > n_sources:
+        n, note = n_sources, f"workers: {n} asked for {n_sources} source(s): running {n_sources}, one per source"
+    if n > 1 and hooks:
+        raise ConfigError(f"frame hooks run in this process and see none of the frames of {n} worker processes: "
+                          "run with workers=1")
+    return n, note
 
 
 def shards(n_sources: int, n_workers: int) -> list[range]:
@@ -83,6 +93,7 @@ class _Worker:
     proc: subprocess.Popen[bytes] | None = None
     generation: int = 0
     snap: Snapshot | None = None
+    snap_at: float = 0.0  # when it was taken (time.monotonic, the same clock in every process on the host)
     exit_code: int | None = None  # the worker's own report (None: it died)
     fatal: str | None = None
     restarts: int = 0
@@ -248,7 +259,7 @@ class Supervisor:
         if item is None:
             self._on_exit(w)
         elif "snapshot" in item:
-            w.snap = decode_snapshot(item["snapshot"])
+            w.snap, w.snap_at = decode_snapshot(item["snapshot"]), float(item.get("at", time.monotonic()))
         elif "message" in item:
             text, error = item["message"]
             if not text.startswith("metrics:"):
@@ -266,7 +277,7 @@ class Supervisor:
             w.proc.kill()
             rc = w.proc.wait()
         if w.fatal is not None:
-            self._fail(w, w.fatal, fast=True)
+            self._fail(w, f"failed: {w.fatal}", fast=True)
         elif w.exit_code is None:
             self._on_death(w, _describe_exit(rc, w.stderr))
         else:
@@ -277,27 +288,27 @@ class Supervisor:
     def _on_death(self, w: _Worker, cause: str) -> None:
         w.causes.append(cause)
         if self._stopping:
-            self._fail(w, f"worker died while stopping: {cause}")
+            self._fail(w, f"died while stopping: {cause}")
         elif not w.any_frames():
-            self._fail(w, f"worker died before its first frame: {cause}", fast=True)
+            self._fail(w, f"died before its first frame: {cause}", fast=True)
         elif w.restarts < self.cfg.worker_restarts:
             w.restarts += 1
             self.console.message(f"{w.name} died: {cause}; restarting its streams from the start "
                                  f"(restart {w.restarts} of {self.cfg.worker_restarts})", error=True)
             self._spawn(w)
         else:
-            self._fail(w, f"worker died: {cause}; no restarts left")
+            self._fail(w, f"died: {cause}; no restarts left")
             if self.cfg.on_stream_error == "stop":
                 self.stop()
 
     def _fail(self, w: _Worker, why: str, fast: bool = False) -> None:
-        """The worker's unfinished streams fail with ``why``; ``fast``: the whole run stops (fail fast)."""
+        """The worker's unfinished streams fail, noted ``worker N <why>``; ``fast``: the whole run stops."""
         w.ended = True
         views = {v.id: v for v in (w.snap.streams if w.snap else ())}
         for sid in w.ids:
             if sid not in views or views[sid].status in ("starting", "running"):
-                w.failed[sid] = why
-        self.console.message(f"{w.name} failed: {why}", error=True)
+                w.failed[sid] = f"worker {w.index} {why}"
+        self.console.message(f"{w.name} {why}: its streams failed", error=True)
         if fast and not self._stopping:
             self.console.message("stopping the other workers", error=True)
             self.stop()
@@ -313,10 +324,11 @@ class Supervisor:
                 if sid in w.failed:
                     v = replace(v, status="failed", fps=0.0, eta_s=None, error=w.failed[sid])
                 views[sid] = v
-        snaps = [w.snap for w in self.workers if w.snap is not None]
-        active = max((s.active_s for s in snaps), default=0.0)
+        snaps = [(w.snap, w.snap_at) for w in self.workers if w.snap is not None]
+        windows = [(at - s.active_s, at) for s, at in snaps if s.active_s > 0]  # first frame .. last, per worker
+        active = max(end for _, end in windows) - min(start for start, _ in windows) if windows else 0.0
         return Snapshot(time.monotonic() - self._started, tuple(views[sid] for sid in self.order),
-                        merge_batches([s.batch for s in snaps]), active)
+                        merge_batches([s.batch for s, _ in snaps]), active)
 
 
 def _describe_exit(rc: int, stderr: deque[str]) -> str:
@@ -329,7 +341,14 @@ def _describe_exit(rc: int, stderr: deque[str]) -> str:
     return f"exited with code {rc}" + (f": {last.strip()}" if last else "")
 
 
-def run_workers(cfg: AppConfig, n_workers: int, console: Console, metrics_port: int | None = None,
-                eos_timeout_s: float = 10.0) -> RunResult:
-    """Run ``cfg`` over ``n_workers`` (>= 2) worker processes; the result covers every stream."""
-    return Supervisor(cfg, n_workers, console, metrics_port, eos_timeout_s).run()
+def run_config(cfg: AppConfig, workers: tuple[int, str | None], console: Console, metrics_port: int | None = None,
+               eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (), plan: Plan | None = None
+               ) -> RunResult:
+    """Run a validated config: in this process (``Runner``; ``plan``: its plan if already built) or, for more
+    than one worker, over worker processes. ``workers``: what :func:`worker_count` said."""
+    n, note = workers
+    if note:
+        console.message(note)
+    if n > 1:
+        return Supervisor(cfg, n, console, metrics_port, eos_timeout_s).run()
+    return Runner(plan or build_plan(cfg), console, metrics_port, eos_timeout_s, frame_hooks).run()
