@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -138,6 +139,44 @@ def test_workers_sigterm_finishes_every_mp4_of_every_worker(tmp_path: Path) -> N
         assert decoded_frames(tmp_path / f"{sid}.mp4") == frames  # finished by its worker: it plays to the end
 
 
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan's zombie waits for whoever reaps it)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+def test_workers_finish_their_mp4s_when_the_parent_is_killed(tmp_path: Path) -> None:
+    cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 3000, **LIVE} for i in range(2)],
+           "infer": BLOBS, "sink": {"type": "file", "path": str(tmp_path / "{id}.mp4")}}
+    proc, pids, url = _start(_config(tmp_path, cfg), "--workers", "2")
+    try:
+        _wait_frames(url, ["cam0", "cam1"], 10)
+        proc.kill()  # SIGKILL: the parent cannot forward anything; the kernel tells the workers (SIGINT)
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 60
+        while any(map(_alive, pids.values())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_alive, pids.values())), "the orphaned workers did not end"
+    finally:
+        for pid in filter(_alive, pids.values()):
+            os.kill(pid, signal.SIGKILL)
+    assert all(decoded_frames(tmp_path / f"cam{i}.mp4") >= 10 for i in range(2))
+
+
+def test_workers_metrics_port_in_use_is_one_line(tmp_path: Path) -> None:
+    cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 3} for i in range(2)], "infer": BLOBS}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run([*CLI, str(_config(tmp_path, cfg)), "--workers", "2", "--metrics-port", str(port)],
+                             check=False, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [f"inferstream: cannot serve metrics on port {port}: Address already in use"]
+
+
 def test_workers_model_that_cannot_load_fails_the_run_with_its_error(tmp_path: Path) -> None:
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not an onnx model")
@@ -152,8 +191,8 @@ def test_workers_model_that_cannot_load_fails_the_run_with_its_error(tmp_path: P
 
 def test_workers_zero_is_a_usage_error_in_one_line(tmp_path: Path) -> None:
     cfg = {"sources": [{"test": "ball", "num-buffers": 3}], "infer": BLOBS}
-    run = subprocess.run([*CLI, str(_config(tmp_path, cfg)), "--workers", "0"], check=False, capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run([*CLI, str(_config(tmp_path, cfg)), "--workers", "0"], check=False, capture_output=True,
+                         text=True, timeout=60)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].endswith(
         "argument --workers: expected a whole number of at least 1, or auto (got '0')")

@@ -3,7 +3,8 @@
 
     python -m inferstream.app.worker FD      # the shard's plan and settings as JSON on stdin
 
-Wire format: one JSON object per line on file descriptor FD, each with one key: ``snapshot`` (the runner's
+Wire format: one JSON object per line on file descriptor FD, each with one key: ``ready`` first (signals are
+handled from now on: the parent sends none before), ``snapshot`` (the runner's
 :class:`Snapshot`, a few times a second and once at the end, with ``at``: when, on the host's monotonic clock,
 which all processes share), ``message`` (``[text, error]``, what the runner's
 console would print), ``fatal`` (the run failed as a whole: a :class:`RunError`) and last ``exit`` (the runner's
@@ -27,9 +28,9 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from inferstream.app.metrics import Snapshot, StreamView
-from inferstream.app.pipeline import Plan, StreamPlan
 
 if TYPE_CHECKING:
+    from inferstream.app.pipeline import Plan
     from inferstream.app.runner import Runner
 
 PR_SET_PDEATHSIG: Final = 1
@@ -50,6 +51,8 @@ def encode_plan(plan: Plan) -> dict[str, Any]:
 
 
 def decode_plan(data: dict[str, Any]) -> Plan:
+    from inferstream.app.pipeline import Plan, StreamPlan
+
     def fields(d: dict[str, Any]) -> dict[str, Any]:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
     streams = tuple(StreamPlan(**fields(s)) for s in data["streams"])
@@ -105,9 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             runner.interrupt()
     signal.signal(signal.SIGINT, on_sigint)
     _die_with_parent()
-    spec = json.load(sys.stdin)
     with os.fdopen(int(args[0]), "w") as out:
         console = PipeConsole(out)
+        console.send(ready=os.getpid())
+        spec = json.load(sys.stdin)
         from inferstream.app.runner import Runner
         from inferstream.errors import InferstreamError
 

@@ -26,7 +26,7 @@ from inferstream.app.config import AppConfig
 from inferstream.app.console import Console
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
 from inferstream.app.pipeline import Plan, build_plan
-from inferstream.app.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, Runner, RunResult
+from inferstream.app.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, RunError, Runner, RunResult
 from inferstream.app.worker import decode_snapshot, encode_plan
 from inferstream.app.workerstats import merge_batches, worker_metrics
 from inferstream.errors import ConfigError
@@ -94,6 +94,9 @@ class _Worker:
     generation: int = 0
     snap: Snapshot | None = None
     snap_at: float = 0.0  # when it was taken (time.monotonic, the same clock in every process on the host)
+    ready: bool = False  # it handles SIGINT (it said so): signals wait until then
+    sigints: int = 0  # SIGINTs sent to this process
+    closed_at: float | None = None  # when its report pipe closed (it is exiting)
     exit_code: int | None = None  # the worker's own report (None: it died)
     fatal: str | None = None
     restarts: int = 0
@@ -127,6 +130,7 @@ class Supervisor:
         self.metrics: MetricsServer | None = None
         self._interrupts = 0
         self._forwarded = 0
+        self._sigints = 0  # SIGINTs every worker is to have had: 1 finish the streams, 2 stop now
         self._deadline: float | None = None
         self._stopping = False
         self._said: set[str] = set()
@@ -136,7 +140,7 @@ class Supervisor:
     def _spawn(self, w: _Worker) -> None:
         read_fd, write_fd = os.pipe()
         w.generation += 1
-        w.snap, w.exit_code, w.fatal = None, None, None
+        w.snap, w.exit_code, w.fatal, w.ready, w.sigints, w.closed_at = None, None, None, False, 0, None
         w.proc = subprocess.Popen([sys.executable, "-m", "inferstream.app.worker", str(write_fd)],
                                   stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
                                   start_new_session=True)  # the terminal's Ctrl-C reaches the parent only
@@ -173,14 +177,18 @@ class Supervisor:
 
     # running ----------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
-        for w in self.workers:
-            self._spawn(w)
-        self.say("workers: " + "; ".join(f"{w.name} pid {w.proc.pid if w.proc else '-'}" for w in self.workers))
         if self.metrics_port is not None:
-            self.metrics = MetricsServer(self.metrics_port)
-            self.say(f"metrics: http://127.0.0.1:{self.metrics.port}/metrics")
+            try:
+                self.metrics = MetricsServer(self.metrics_port)
+            except OSError as exc:
+                raise RunError(f"cannot serve metrics on port {self.metrics_port}: {exc.strerror or exc}") from None
         previous = self._install_signals()
         try:
+            for w in self.workers:
+                self._spawn(w)
+            self.say("workers: " + "; ".join(f"{w.name} pid {w.proc.pid if w.proc else '-'}" for w in self.workers))
+            if self.metrics is not None:
+                self.say(f"metrics: http://127.0.0.1:{self.metrics.port}/metrics")
             self._loop()
         finally:
             self._signal_all(signal.SIGKILL)  # only a worker still running after its deadline, or on an exception
@@ -223,6 +231,8 @@ class Supervisor:
                     item = None
             if self._interrupts > self._forwarded:
                 self._forward_interrupt()
+            self._sync_signals()
+            self._reap()
             if self._deadline is not None and time.monotonic() > self._deadline:
                 self.say("workers did not finish in time: killing them (files may be incomplete)", error=True)
                 self._signal_all(signal.SIGKILL)
@@ -237,13 +247,36 @@ class Supervisor:
         if self._interrupts == 1:
             self.say(f"stopping: finishing the streams of every worker (up to {self.eos_timeout_s:g} s; "
                      "Ctrl-C again to abort)")
-        self.stop()
+            self.stop()
+        else:
+            self.say("second Ctrl-C: stopping every worker now (files may be incomplete)", error=True)
+            self._sigints = 2
 
     def stop(self) -> None:
-        """SIGINT to every worker still running (each finishes its files), with a deadline for them to exit."""
-        self._stopping = True
-        self._deadline = time.monotonic() + self.eos_timeout_s + EXIT_GRACE_S
-        self._signal_all(signal.SIGINT)
+        """Every worker finishes its streams and files (one SIGINT each), with a deadline for them to exit."""
+        if not self._stopping:
+            self._stopping = True
+            self._sigints = max(self._sigints, 1)
+            self._deadline = time.monotonic() + self.eos_timeout_s + EXIT_GRACE_S
+
+    def _sync_signals(self) -> None:
+        """Each running worker gets the SIGINTs it is due, once it handles them (a restarted one starts at 0)."""
+        for w in self.workers:
+            while (w.ready and w.closed_at is None and not w.ended and w.sigints < self._sigints
+                   and w.proc is not None and w.proc.poll() is None):
+                w.proc.send_signal(signal.SIGINT)
+                w.sigints += 1
+
+    def _reap(self) -> None:
+        """Workers whose pipe closed: their exit, once the process is gone (killed if it lingers)."""
+        for w in self.workers:
+            if w.closed_at is None or w.ended or w.proc is None:
+                continue
+            rc = w.proc.poll()
+            if rc is not None:
+                self._on_exit(w, rc)
+            elif time.monotonic() - w.closed_at > EXIT_GRACE_S:
+                w.proc.kill()
 
     def say(self, text: str, error: bool = False) -> None:
         """A message, once: each worker says "Ctrl-C: finishing the streams", the console shows it once."""
@@ -257,9 +290,13 @@ class Supervisor:
         if generation != w.generation:
             return  # from a worker that was replaced
         if item is None:
-            self._on_exit(w)
+            w.closed_at = time.monotonic()
+        elif "ready" in item:
+            w.ready = True
         elif "snapshot" in item:
             w.snap, w.snap_at = decode_snapshot(item["snapshot"]), float(item.get("at", time.monotonic()))
+            if self.cfg.on_stream_error == "stop" and any(v.status == "failed" for v in w.snap.streams):
+                self.stop()  # the worker winds its own shard down; the others too
         elif "message" in item:
             text, error = item["message"]
             if not text.startswith("metrics:"):
@@ -269,21 +306,13 @@ class Supervisor:
         elif "exit" in item:
             w.exit_code = int(item["exit"])
 
-    def _on_exit(self, w: _Worker) -> None:
-        assert w.proc is not None
-        try:
-            rc = w.proc.wait(timeout=self.eos_timeout_s + EXIT_GRACE_S)
-        except subprocess.TimeoutExpired:  # closed its pipe but lives on: not a worker any more
-            w.proc.kill()
-            rc = w.proc.wait()
+    def _on_exit(self, w: _Worker, rc: int) -> None:
         if w.fatal is not None:
             self._fail(w, f"failed: {w.fatal}", fast=True)
         elif w.exit_code is None:
             self._on_death(w, _describe_exit(rc, w.stderr))
         else:
             w.ended = True
-            if self.cfg.on_stream_error == "stop" and w.snap and any(v.status == "failed" for v in w.snap.streams):
-                self.stop()
 
     def _on_death(self, w: _Worker, cause: str) -> None:
         w.causes.append(cause)
