@@ -3,6 +3,7 @@ workers, a worker killed with SIGKILL restarted or failed (never lost), SIGTERM 
 the bad inputs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +58,20 @@ def _frames(text: str) -> dict[str, int]:
                                                        re.MULTILINE)}
 
 
-def _start(config: Path, *extra: str) -> tuple[subprocess.Popen[str], dict[int, int], str]:
-    """The run, the workers' pids and its metrics URL (read from its first two lines)."""
+@contextlib.contextmanager
+def _running(config: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], dict[int, int], str]]:
+    """The run, the workers' pids and its metrics URL (read from its first two lines); killed if left running."""
     proc = subprocess.Popen([*CLI, str(config), "--console", "plain", "--interval", "0.5", "--metrics-port", "0",
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
-    assert proc.stdout is not None
-    pids, url = _pids(proc.stdout.readline()), proc.stdout.readline().split()[-1]
-    assert pids and url.startswith("http://127.0.0.1:"), (pids, url)
-    return proc, pids, url
+    try:
+        assert proc.stdout is not None
+        pids, url = _pids(proc.stdout.readline()), proc.stdout.readline().split()[-1]
+        assert pids and url.startswith("http://127.0.0.1:"), (pids, url)
+        yield proc, pids, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def _wait_frames(url: str, streams: list[str], at_least: int) -> str:
@@ -96,14 +104,10 @@ def test_workers_two_on_four_sources_publish_every_frame_once_in_order(clips: li
 def test_workers_sigkilled_worker_is_restarted_or_its_streams_failed(tmp_path: Path, restarts: int) -> None:
     cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 60, **LIVE} for i in range(4)],
            "infer": BLOBS, "worker-restarts": restarts}
-    proc, pids, url = _start(_config(tmp_path, cfg), "--workers", "2")
-    try:
+    with _running(_config(tmp_path, cfg), "--workers", "2") as (proc, pids, url):
         _wait_frames(url, ["cam2", "cam3"], 5)
         os.kill(pids[1], signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 1, err  # a worker died: the exit code says so, restarted or not
     assert "worker 1 (cam2, cam3)" in err and "killed by SIGKILL" in err, err
     summary = _summary(out)
@@ -120,16 +124,12 @@ def test_workers_sigkilled_worker_is_restarted_or_its_streams_failed(tmp_path: P
 def test_workers_sigterm_finishes_every_mp4_of_every_worker(tmp_path: Path) -> None:
     cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 3000, **LIVE} for i in range(4)],
            "infer": BLOBS, "sink": {"type": "file", "path": str(tmp_path / "{id}.mp4")}}
-    proc, _, url = _start(_config(tmp_path, cfg), "--workers", "2")
-    try:
+    with _running(_config(tmp_path, cfg), "--workers", "2") as (proc, _, url):
         text = _wait_frames(url, [f"cam{i}" for i in range(4)], 10)
         assert 'inferstream_worker_up{worker="0"} 1' in text and 'inferstream_worker_up{worker="1"} 1' in text
         assert 'inferstream_stream_worker{stream="cam3"} 1' in text and "inferstream_batch_fill_mean" in text
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "finishing the streams of every worker" in out
     summary = _summary(out)
@@ -150,18 +150,17 @@ def _alive(pid: int) -> bool:
 def test_workers_finish_their_mp4s_when_the_parent_is_killed(tmp_path: Path) -> None:
     cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 3000, **LIVE} for i in range(2)],
            "infer": BLOBS, "sink": {"type": "file", "path": str(tmp_path / "{id}.mp4")}}
-    proc, pids, url = _start(_config(tmp_path, cfg), "--workers", "2")
-    try:
+    with _running(_config(tmp_path, cfg), "--workers", "2") as (proc, pids, url):
         _wait_frames(url, ["cam0", "cam1"], 10)
         proc.kill()  # SIGKILL: the parent cannot forward anything; the kernel tells the workers (SIGINT)
         proc.communicate(timeout=30)
-        deadline = time.monotonic() + 60
-        while any(map(_alive, pids.values())) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(map(_alive, pids.values())), "the orphaned workers did not end"
-    finally:
-        for pid in filter(_alive, pids.values()):
-            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while any(map(_alive, pids.values())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in pids.values() if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "the orphaned workers did not end"
     assert all(decoded_frames(tmp_path / f"cam{i}.mp4") >= 10 for i in range(2))
 
 

@@ -44,9 +44,9 @@ def cpu_cores() -> int:
 def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
     """``workers: auto``: on CUDA min(sources, 8, cores // 2), on CPU 1.
 
-    On the H200 (16 cores) 8 processes of 8 streams ran 2.3x one process with pytracker, 4 already 2.1x; each
-    worker needs about two cores (its streaming threads and the batch). On CPU the model's thread pool already
-    uses every core, and on the 2-core VM two workers gain nothing with a real model (``BENCHMARKS.md``).
+    On the H200 host (16 cores) 8 processes of 8 streams ran 2.3x one process with pytracker, 4 of 8 already
+    2.1x (issue #22's figures, independent processes); 8 was the best there, hence cores / 2. On CPU the model's
+    thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*, measured on the 2-core VM).
     """
     device = str(cfg.infer.properties.get("device", "cpu"))
     if not device.startswith("cuda"):
@@ -319,7 +319,7 @@ class Supervisor:
         if self._stopping:
             self._fail(w, f"died while stopping: {cause}")
         elif not w.any_frames():
-            self._fail(w, f"died before its first frame: {cause}", fast=True)
+            self._fail(w, f"died before its first frame: {cause}", fast=w.restarts == 0)  # a restart: not the run
         elif w.restarts < self.cfg.worker_restarts:
             w.restarts += 1
             self.console.message(f"{w.name} died: {cause}; restarting its streams from the start "
