@@ -20,9 +20,11 @@ import pytest
 import yaml
 
 from app.media import BLOBS, CLIP_FRAMES, decoded_frames
+from inferstream.app import api
 from inferstream.app.config import load_config
 from inferstream.app.workers import auto_workers, shards, worker_count
 from inferstream.app.workerstats import merge_batches
+from inferstream.errors import ConfigError
 
 CLI = [sys.executable, "-m", "inferstream.app.cli", "run"]
 LIVE = {"live": True, "framerate": 20, "width": 160, "height": 120}
@@ -94,6 +96,7 @@ def test_workers_two_on_four_sources_publish_every_frame_once_in_order(clips: li
     assert _pids(run.stdout.splitlines()[0]).keys() == {0, 1}
     assert "worker 0 (cam0, cam1)" in run.stdout and "worker 1 (cam2, cam3)" in run.stdout  # contiguous shards
     assert _summary(run.stdout) == {f"cam{i}": ("done", n) for i, n in enumerate(CLIP_FRAMES)}
+    assert "workers: worker 0 (cam0, cam1) ok; worker 1 (cam2, cam3) ok" in run.stdout
     for i, n in enumerate(CLIP_FRAMES):
         payloads = [yaml.safe_load(line) for line in (tmp_path / f"cam{i}.jsonl").read_text().splitlines()]
         assert [p["frame"] for p in payloads] == list(range(n))  # each frame once, in order
@@ -112,6 +115,7 @@ def test_workers_sigkilled_worker_is_restarted_or_its_streams_failed(tmp_path: P
     assert "worker 1 (cam2, cam3)" in err and "killed by SIGKILL" in err, err
     summary = _summary(out)
     assert summary["cam0"] == summary["cam1"] == ("done", 60)  # the other worker went on
+    assert f"worker 1 (cam2, cam3) died 1x, restarted {restarts}x (killed by SIGKILL)" in err
     if restarts:
         assert "restarting its streams from the start (restart 1 of 1)" in err
         assert summary["cam2"] == summary["cam3"] == ("done", 60)
@@ -186,6 +190,12 @@ def test_workers_model_that_cannot_load_fails_the_run_with_its_error(tmp_path: P
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert _summary(run.stdout) == {"cam0": ("failed", 0), "cam1": ("failed", 0)}
     assert re.search(r"stream cam\d .*failed: .*broken\.onnx", run.stderr), run.stderr
+
+
+def test_workers_frame_hooks_need_one_worker(clips: list[Path]) -> None:
+    cfg = {"sources": [{"id": f"cam{i}", "file": str(p)} for i, p in enumerate(clips)], "infer": BLOBS}
+    with pytest.raises(ConfigError, match="frame hooks run in this process .* of 2 worker processes"):
+        api.run(cfg, workers=2, frame_hooks=[lambda *_: None])
 
 
 def test_workers_zero_is_a_usage_error_in_one_line(tmp_path: Path) -> None:

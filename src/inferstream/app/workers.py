@@ -198,10 +198,8 @@ class Supervisor:
             if self.metrics is not None:
                 self.metrics.publish(final, worker_metrics(self.workers, self.order))
                 self.metrics.close()
-            for w in self.workers:
-                if w.causes:
-                    self.say(f"{w.name}: died {len(w.causes)}x ({'; '.join(w.causes)}), restarted {w.restarts}x",
-                             error=True)
+            self.console.message("workers: " + "; ".join(map(_health, self.workers)),
+                                 error=any(w.causes or w.fatal for w in self.workers))
             self.console.close(final)
         died = any(w.causes or w.fatal for w in self.workers)
         failed = died or any(v.status == "failed" for v in final.streams)
@@ -358,6 +356,13 @@ class Supervisor:
         active = max(end for _, end in windows) - min(start for start, _ in windows) if windows else 0.0
         return Snapshot(time.monotonic() - self._started, tuple(views[sid] for sid in self.order),
                         merge_batches([s.batch for s, _ in snaps]), active)
+
+
+def _health(w: _Worker) -> str:
+    if not w.causes and not w.fatal:
+        return f"{w.name} ok"
+    causes = [*w.causes, *([f"failed: {w.fatal}"] if w.fatal else [])]
+    return f"{w.name} died {len(w.causes)}x, restarted {w.restarts}x ({'; '.join(causes)})"
 
 
 def _describe_exit(rc: int, stderr: deque[str]) -> str:
