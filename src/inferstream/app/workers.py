@@ -297,8 +297,7 @@ class Supervisor:
                 self.stop()  # the worker winds its own shard down; the others too
         elif "message" in item:
             text, error = item["message"]
-            if not text.startswith("metrics:"):
-                self.say(text, bool(error))
+            self.say(text, bool(error))
         elif "fatal" in item:
             w.fatal = str(item["fatal"])
         elif "exit" in item:
