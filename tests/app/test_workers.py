@@ -235,6 +235,9 @@ def test_worker_count_auto_follows_device_sources_and_cores() -> None:
     assert auto_workers(cfg(64, "cuda"), cores=6) == 3
     assert worker_count(2, cfg(4)) == (2, None)
     assert worker_count(5, cfg(2))[0] == 2
+    for bad in (0, -1, "many", 2.5):
+        with pytest.raises(ConfigError, match=f"workers: expected a whole number of at least 1, or auto .got {bad!r}"):
+            worker_count(bad, cfg(2))  # type: ignore[arg-type]
 
 
 def test_merge_batches_weights_means_by_what_they_average() -> None:

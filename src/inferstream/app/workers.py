@@ -58,16 +58,19 @@ def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False) -
     """How many workers to run for ``asked`` (N, ``auto``; None: the config's), and what to say about it.
 
     Raises:
-        ConfigError: frame hooks (``hooks``) with more than one worker: they would see none of the frames.
+        ConfigError: ``asked`` is neither a whole number >= 1 nor auto; frame hooks (``hooks``) with more than one
+            worker: they would see none of the frames.
     """
     asked = cfg.workers if asked is None else asked
+    if asked != "auto" and (type(asked) is not int or asked < 1):
+        raise ConfigError(f"workers: expected a whole number of at least 1, or auto (got {asked!r})")
     n_sources = len(cfg.sources)
     note = None
     if asked == "auto":
         n = auto_workers(cfg)
         note = (f"workers: auto -> {n} ({n_sources} sources, device {cfg.infer.properties.get('device', 'cpu')}, "
                 f"{cpu_cores()} cores)" if n > 1 else None)
-    elif (n := int(asked)) > n_sources:
+    elif (n := int(asked)) > n_sources:  # int() for mypy: asked is an int here
         n, note = n_sources, f"workers: {n} asked for {n_sources} source(s): running {n_sources}, one per source"
     if n > 1 and hooks:
         raise ConfigError(f"frame hooks run in this process and see none of the frames of {n} worker processes: "
