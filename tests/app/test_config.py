@@ -64,6 +64,10 @@ def test_load_config_accepts_a_good_config(tmp_path: Path) -> None:
     ("osd: {}", "osd: {}\non-stream-error: maybe",
      "cfg.yaml:12: on-stream-error: Input should be 'continue' or 'stop'"),
     ("    num-buffers: 5", "    num-buffers: 0", "cfg.yaml:4: sources[0].num-buffers: Input should be greater than"),
+    ("osd: {}", "osd: {}\nworkers: 0", "cfg.yaml:12: workers: expected a whole number of at least 1, or auto "
+     "(got 0)"),
+    ("osd: {}", "osd: {}\nworkers: many", "cfg.yaml:12: workers: expected a whole number of at least 1, or auto"),
+    ("osd: {}", "osd: {}\nworker-restarts: -1", "cfg.yaml:12: worker-restarts: Input should be greater than"),
     # element sections, checked against the real element
     ("  confidence-threshold: 0.5", "  confidence-treshold: 0.5", "cfg.yaml:10: infer.confidence-treshold: pyinfer "
      "has no writable property 'confidence-treshold'; did you mean 'confidence-threshold'? Valid: backend, "),

@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
 
 def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metrics_port: int | None = None,
-        eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (), interval_s: float = 2.0) -> RunResult:
+        eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (), interval_s: float = 2.0,
+        workers: int | str | None = None) -> RunResult:
     """Validate ``config`` (a YAML file path or the same structure as a dict) and run it to the end.
 
     Args:
@@ -20,6 +21,8 @@ def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metri
         eos_timeout_s: after Ctrl-C (SIGTERM, SIGHUP), how long streams may take to finish their files.
         frame_hooks: ``fn(stream_id, frame_index, buffer)`` called on each frame after the last analytics element.
         interval_s: seconds between two status lines of the plain console.
+        workers: worker processes to shard the sources over (N or ``auto``; default: the config's ``workers``).
+            Frame hooks see the frames of this process only, so they need one worker.
 
     Returns:
         The RunResult: exit code (0 done, 1 a stream failed, 3 events lost, 128 + N stopped by signal N), per-stream
@@ -28,14 +31,15 @@ def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metri
     Raises:
         inferstream.app.config.ConfigFileError: the config is invalid (every problem with key path and line).
         inferstream.app.runner.RunError: the pipeline could not be built or failed as a whole.
+        inferstream.errors.ConfigError: frame hooks with more than one worker.
     """
     from inferstream.app.config import load_config
     from inferstream.app.console import make_console
-    from inferstream.app.pipeline import build_plan
-    from inferstream.app.runner import Runner
+    from inferstream.app.workers import run_config, worker_count
 
-    plan = build_plan(load_config(config))
-    return Runner(plan, make_console(console, interval_s), metrics_port, eos_timeout_s, frame_hooks).run()
+    cfg = load_config(config)
+    count = worker_count(workers, cfg, hooks=bool(frame_hooks))
+    return run_config(cfg, count, make_console(console, interval_s), metrics_port, eos_timeout_s, frame_hooks)
 
 
 def launch_line(config: Mapping[str, Any] | str | Path) -> str:

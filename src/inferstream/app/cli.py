@@ -18,6 +18,14 @@ EXIT_CODES = ("exit codes: 0 done, 1 a stream failed or the run could not start,
               "3 events lost, 70 internal error, 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)")
 
 
+def _workers_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, or auto (got {text!r})")
+    return int(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="inferstream", description="Video analytics pipelines from a YAML config.",
                                  epilog=EXIT_CODES)
@@ -41,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("config", type=Path, help="YAML config (see examples/)")
     run.add_argument("--print-pipeline", action="store_true",
                      help="print the gst-launch-1.0 line (conn-str passwords as ***) and exit")
+    run.add_argument("--workers", type=_workers_arg, metavar="N|auto",
+                     help="worker processes to shard the sources over (default: the config's workers, 1)")
     live_options(run)
 
     demo = sub.add_parser("demo", help="vtest.avi + person detector (+ tracker) + OSD -> MP4 and events.jsonl")
@@ -62,10 +72,11 @@ def _run(args: argparse.Namespace) -> int:
     from inferstream.app.config import load_config
     from inferstream.app.console import make_console
     from inferstream.app.pipeline import build_plan, launch_line
-    from inferstream.app.runner import Runner
+    from inferstream.app.workers import run_config, worker_count
     from inferstream.messaging.brokers.base import ENV_PASSWORD, redact_credentials
 
-    plan = build_plan(load_config(args.config))
+    cfg = load_config(args.config)
+    plan = build_plan(cfg)
     if args.print_pipeline:
         line = launch_line(plan)
         print(redact_credentials(line))
@@ -73,8 +84,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"inferstream: passwords shown as ***: give them to gst-launch-1.0 in {ENV_PASSWORD} (or a "
                   "credentials file: pymsgbroker config=...)", file=sys.stderr)
         return 0
+    count = worker_count(args.workers, cfg)
     console = make_console(args.console, args.interval)
-    return Runner(plan, console, args.metrics_port, args.eos_timeout).run().exit_code
+    return run_config(cfg, count, console, args.metrics_port, args.eos_timeout, plan=plan).exit_code
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -34,6 +34,8 @@ name inferstream's sample files; ``{id}`` in a string property becomes the strea
       encoder: {}                 # file only: x264enc properties (default speed-preset=veryfast)
       sync: false                 # fakesink / display
     on-stream-error: continue     # continue (remove the failed stream) | stop (finish the others, exit 1)
+    workers: 1                    # worker processes the sources are sharded over (N | auto; --workers wins)
+    worker-restarts: 1            # restarts of a worker that dies mid-run, before its streams are failed
 """
 from __future__ import annotations
 
@@ -157,11 +159,20 @@ class AppConfig(_Section):
     messages: Messages | None = None
     sink: Sink = Field(default_factory=Sink)
     on_stream_error: Literal["continue", "stop"] = "continue"
+    workers: int | Literal["auto"] = 1
+    worker_restarts: int = Field(1, ge=0, le=100)
 
     @field_validator("tracker", "osd", "messages", mode="before")
     @classmethod
     def _present_means_on(cls, value: Any) -> Any:
         return {} if value is None else value  # `tracker:` with no properties enables it with defaults
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> Any:
+        if value == "auto" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError(f"expected a whole number of at least 1, or auto (got {value!r})")
 
     def stream_ids(self) -> list[str]:
         return [s.id or f"stream{i}" for i, s in enumerate(self.sources)]

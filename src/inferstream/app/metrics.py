@@ -9,6 +9,7 @@ import http.server
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -142,14 +143,18 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def metric_lines(name: str, kind: str, help_: str, rows: Sequence[tuple[str, float]]) -> list[str]:
+    """One metric in the Prometheus text format: HELP, TYPE and a line per ``(labels, value)`` row."""
+    return [f"# HELP inferstream_{name} {help_}", f"# TYPE inferstream_{name} {kind}",
+            *(f"inferstream_{name}{labels} {value:g}" for labels, value in rows)]
+
+
 def render_prometheus(snap: Snapshot) -> str:
     """The snapshot in the Prometheus text exposition format (version 0.0.4)."""
     out: list[str] = []
 
     def metric(name: str, kind: str, help_: str, rows: list[tuple[str, float]]) -> None:
-        out.append(f"# HELP inferstream_{name} {help_}")
-        out.append(f"# TYPE inferstream_{name} {kind}")
-        out.extend(f"inferstream_{name}{labels} {value:g}" for labels, value in rows)
+        out.extend(metric_lines(name, kind, help_, rows))
 
     per = [(f'{{stream="{_label(s.id)}"}}', s) for s in snap.streams]
     metric("frames_total", "counter", "Frames inferred per stream", [(lb, s.frames) for lb, s in per])
@@ -205,8 +210,9 @@ class MetricsServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()
 
-    def publish(self, snap: Snapshot) -> None:
-        self._text = render_prometheus(snap)
+    def publish(self, snap: Snapshot, extra: str = "") -> None:
+        """Serve ``snap`` from now on; ``extra``: more metrics in the text format (the workers' health)."""
+        self._text = render_prometheus(snap) + extra
 
     def close(self) -> None:
         self._httpd.shutdown()

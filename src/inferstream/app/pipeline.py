@@ -9,6 +9,7 @@ Every pyinfer of the primary detector joins one batch-group, so the streams batc
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -155,14 +156,16 @@ def _messages(cfg: AppConfig, sid: str) -> tuple[str, str]:
     return f"{text} ! fakesink name={sid}_msgsink sync=false", f"{sid}_msgsink"  # a pass-through broker
 
 
-def stream_plan(cfg: AppConfig, index: int, sid: str) -> StreamPlan:
+def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = None) -> StreamPlan:
+    """``batch_size``: the default batch (streams in this process; default all the config's sources)."""
     src = cfg.sources[index]
     decode = src.decode or cfg.decode
-    infer = {"batch-size": len(cfg.sources), "batch-group": BATCH_GROUP, **_stream_identity(index, sid),
+    batch = batch_size or len(cfg.sources)
+    infer = {"batch-size": batch, "batch-group": BATCH_GROUP, **_stream_identity(index, sid),
              **_canon(cfg.infer.properties)}
     chain = [f"pyinfer name={sid}_infer {_props('pyinfer', infer, sid)}"]
     for i, props in enumerate(cfg.infer.secondary):
-        extra = {"unique-id": i + 2, "batch-size": len(cfg.sources), "batch-group": f"{BATCH_GROUP}-secondary{i}"}
+        extra = {"unique-id": i + 2, "batch-size": batch, "batch-group": f"{BATCH_GROUP}-secondary{i}"}
         chain.append(f"pyinfer name={sid}_infer{i + 2} {_props('pyinfer', {**extra, **_canon(props)}, sid)}")
     if cfg.tracker is not None:
         tracker = _canon(cfg.tracker)
@@ -188,10 +191,16 @@ def stream_plan(cfg: AppConfig, index: int, sid: str) -> StreamPlan:
                       broker=f"{sid}_msgbroker" if cfg.messages is not None else None)
 
 
-def build_plan(cfg: AppConfig) -> Plan:
-    """The run plan of a validated config; ``decode: auto`` prefers nvh264dec when it exists and starts."""
+def build_plan(cfg: AppConfig, only: Sequence[int] | None = None) -> Plan:
+    """The run plan of a validated config; ``decode: auto`` prefers nvh264dec when it exists and starts.
+
+    ``only``: the indices of the sources to plan (one worker's shard); each keeps its id, source id and track-id
+    range, and the default batch is the shard's size.
+    """
     hardware = gstprops.decoder_works(HW_DECODER)
-    streams = tuple(stream_plan(cfg, i, sid) for i, sid in enumerate(cfg.stream_ids()))
+    ids = cfg.stream_ids()
+    picked = range(len(ids)) if only is None else only
+    streams = tuple(stream_plan(cfg, i, ids[i], len(picked)) for i in picked)
     uses_auto = any((s.decode or cfg.decode) == "auto" and s.kind != "test" for s in cfg.sources)
     boost = (HW_DECODER,) if hardware and uses_auto else ()
     env = {"GST_PLUGIN_FEATURE_RANK": f"{HW_DECODER}:MAX"} if boost else {}

@@ -212,6 +212,11 @@ class Runner:
     def _interrupts(self) -> int:
         return self._signals.count
 
+    def interrupt(self) -> None:
+        """What a Ctrl-C does (the first finishes the streams, a second stops now), for a caller that handles the
+        signals itself: a worker process, whose signal may come before ``run`` installs the handler."""
+        self._signals.request()
+
     def _read_deliveries(self) -> None:
         """Each stream's message delivery, from its (stopped) pymsgbroker: losses go in the summary and exit code."""
         for s in self.streams.values():

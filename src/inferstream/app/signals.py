@@ -24,14 +24,18 @@ class StopSignals:
             return
 
         def on_signal(signum: int, _frame: object) -> None:
-            self.count += 1
-            if self.first is None:
-                self.first = signal.Signals(signum)
+            self.request(signal.Signals(signum))
         for sig in STOP_SIGNALS:
             previous = signal.signal(sig, on_signal)
             # None: set from C, not restorable; SIGINT then falls back to Python's KeyboardInterrupt
             self._previous[sig] = previous if previous is not None else (
                 signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+
+    def request(self, sig: signal.Signals = signal.SIGINT) -> None:
+        """Count a stop request as if ``sig`` had arrived."""
+        self.count += 1
+        if self.first is None:
+            self.first = sig
 
     def restore(self) -> None:
         for sig, previous in self._previous.items():

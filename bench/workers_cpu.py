@@ -1,0 +1,102 @@
+"""What ``inferstream run --workers N`` gives on this machine: the same config with 1 and with N workers, side by side.
+
+    python bench/workers_cpu.py [--workers 1,2] [--streams 4] [--frames 300] [--repeats 2] [--only free|person]
+
+Two workloads, each run through the real CLI (``inferstream run CONFIG --workers N``), the worker counts alternating
+so that a load change on a shared host hits both alike:
+
+- ``free``: ``_free_model.py`` (a model that costs nothing, 64x64 test frames, 20 boxes a frame) then pytracker:
+  only the host work per frame that ``host_overhead_cpu.py`` measures, the GIL-bound part that workers spread over
+  interpreters.
+- ``person``: the sample person detector (ONNX Runtime, 640x640) on vtest.avi, the model's own threads busy.
+
+Reported per row: frames/s over the active part (the run's summary: first frame to last), wall seconds of the
+whole command (start-up, model load in every worker, the run), host cores busy over the wall time (CPU time of the
+command and all its workers / wall), and CPU µs per frame after start-up: (CPU time of the run - CPU time of the
+same command on 1 frame per stream) / frames. That last one is what the work costs, whoever else shares the cores;
+frames/s says what the cores that were free made of it. Best of the repeats for frames/s (with that run's wall and
+cores); the median for µs per frame.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BENCH = Path(__file__).resolve().parent
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
+
+
+def config(workload: str, streams: int, frames: int) -> dict[str, Any]:
+    if workload == "free":
+        sources = [{"id": f"s{i}", "test": "ball", "num-buffers": frames, "width": 64, "height": 64}
+                   for i in range(streams)]
+        return {"sources": sources, "tracker": {},
+                "infer": {"model": "_free_model:make", "model-family": "yolo", "input-size": 64}}
+    sources = [{"id": f"s{i}", "file": "sample:vtest", "max-frames": frames} for i in range(streams)]
+    return {"sources": sources, "infer": {"model": "sample:person-detector"}}
+
+
+def run(cfg_path: Path, workers: int) -> dict[str, float]:
+    """One ``inferstream run``: frames, frames/s (its summary), wall s, CPU s of it and its workers, cores."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "inferstream.app.cli", "run", str(cfg_path), "--console", "quiet",
+                           "--workers", str(workers)], check=False, capture_output=True, text=True, env=ENV)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"workers={workers}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+    total = re.search(r"^total: (\d+) frames in ([\d.]+) s \(([\d.]+) fps\)", proc.stdout, re.MULTILINE)
+    if total is None:
+        raise SystemExit(f"no summary in:\n{proc.stdout}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"frames": int(total.group(1)), "fps": float(total.group(3)), "wall": wall, "cpu": cpu,
+            "cores": cpu / wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", default="1,2", help="worker counts to compare")
+    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--frames", type=int, default=300, help="frames per stream")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--only", choices=("free", "person"))
+    args = ap.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
+    print(f"host: {len(os.sched_getaffinity(0))} cores; {args.streams} streams x {args.frames} frames; "
+          f"best of {args.repeats}, worker counts alternating\n")
+    print("| workload | workers | frames/s | vs 1 worker | wall s | host cores | CPU µs/frame after start-up |")
+    print("|---|---|---|---|---|---|---|")
+    for workload in [args.only] if args.only else ["free", "person"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            path, startup = Path(tmp) / f"{workload}.yaml", Path(tmp) / f"{workload}-startup.yaml"
+            path.write_text(yaml.safe_dump(config(workload, args.streams, args.frames)))
+            startup.write_text(yaml.safe_dump(config(workload, args.streams, 1)))
+            best: dict[int, dict[str, float]] = {}
+            us: dict[int, list[float]] = {n: [] for n in counts}
+            for _ in range(args.repeats):
+                for n in counts:
+                    r, base_cpu = run(path, n), run(startup, n)["cpu"]
+                    us[n].append(1e6 * (r["cpu"] - base_cpu) / r["frames"])
+                    if n not in best or r["fps"] > best[n]["fps"]:
+                        best[n] = r
+        base = best[counts[0]]["fps"]
+        for n in counts:
+            r = best[n]
+            print(f"| {workload} | {n} | {r['fps']:.1f} | {r['fps'] / base:.2f}x | {r['wall']:.1f} | "
+                  f"{r['cores']:.2f} | {statistics.median(us[n]):.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

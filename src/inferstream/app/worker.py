@@ -1,0 +1,131 @@
+"""One worker process of ``inferstream run --workers N``: runs its shard's :class:`Plan` with the in-process
+:class:`Runner` and reports to the supervising parent (``app/workers.py``) over a pipe.
+
+    python -m inferstream.app.worker FD      # the shard's plan and settings as JSON on stdin
+
+Wire format: one JSON object per line on file descriptor FD, each with one key: ``ready`` first (signals are
+handled from now on: the parent sends none before), ``snapshot`` (the runner's
+:class:`Snapshot`, a few times a second and once at the end, with ``at``: when, on the host's monotonic clock,
+which all processes share), ``message`` (``[text, error]``, what the runner's
+console would print), ``fatal`` (the run failed as a whole: a :class:`RunError`) and last ``exit`` (the runner's
+exit code). A worker that ends without ``exit`` died.
+
+Signals: the parent owns them. SIGINT is the runner's Ctrl-C (the first finishes the streams, a second stops now),
+also when it arrives before the runner runs; the worker asks the kernel for a SIGINT when the parent dies, so its
+files are finished even then.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING, Any, Final
+
+from inferstream.app.metrics import Snapshot, StreamView
+
+if TYPE_CHECKING:
+    from inferstream.app.pipeline import Plan
+    from inferstream.app.runner import Runner
+
+PR_SET_PDEATHSIG: Final = 1
+SNAPSHOT_EVERY_S: Final = 0.25
+
+
+def encode_snapshot(snap: Snapshot) -> dict[str, Any]:
+    return dataclasses.asdict(snap)
+
+
+def decode_snapshot(data: dict[str, Any]) -> Snapshot:
+    streams = tuple(StreamView(**view) for view in data["streams"])
+    return Snapshot(data["elapsed_s"], streams, dict(data["batch"]), data["active_s"])
+
+
+def encode_plan(plan: Plan) -> dict[str, Any]:
+    return dataclasses.asdict(plan)
+
+
+def decode_plan(data: dict[str, Any]) -> Plan:
+    from inferstream.app.pipeline import Plan, StreamPlan
+
+    def fields(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    streams = tuple(StreamPlan(**fields(s)) for s in data["streams"])
+    return Plan(**{**fields({k: v for k, v in data.items() if k != "streams"}), "streams": streams})
+
+
+class PipeConsole:
+    """The runner's console in a worker: sends what it would show to the parent (which draws one for all)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def send(self, **item: Any) -> None:
+        line = json.dumps(item) + "\n"
+        with self._lock:
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (BrokenPipeError, ValueError):  # the parent is gone (ValueError: closed here): nobody to tell
+                pass
+
+    def update(self, snap: Snapshot) -> None:
+        if time.monotonic() >= self._next:
+            self._next = time.monotonic() + SNAPSHOT_EVERY_S
+            self.send(snapshot=encode_snapshot(snap), at=time.monotonic())
+
+    def message(self, text: str, error: bool = False) -> None:
+        self.send(message=[text, error])
+
+    def close(self, snap: Snapshot) -> None:
+        self.send(snapshot=encode_snapshot(snap), at=time.monotonic())
+
+
+def _die_with_parent() -> None:
+    """SIGINT (finish the files) when the parent dies; Linux only, elsewhere the parent's pipe closing is all."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
+    except (OSError, AttributeError):
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    runner: Runner | None = None
+    early: list[int] = []
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        if runner is None:
+            early.append(1)
+        else:
+            runner.interrupt()
+    signal.signal(signal.SIGINT, on_sigint)
+    _die_with_parent()
+    with os.fdopen(int(args[0]), "w") as out:
+        console = PipeConsole(out)
+        console.send(ready=os.getpid())
+        spec = json.load(sys.stdin)
+        from inferstream.app.runner import Runner
+        from inferstream.errors import InferstreamError
+
+        runner = Runner(decode_plan(spec["plan"]), console, None, float(spec["eos_timeout_s"]))
+        for _ in early:
+            runner.interrupt()
+        try:
+            code: int = runner.run().exit_code
+        except InferstreamError as exc:
+            console.send(fatal=str(exc))
+            code = 1
+        console.send(exit=code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

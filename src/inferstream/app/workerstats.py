@@ -1,0 +1,42 @@
+"""What the supervisor of ``--workers`` adds to the run's numbers: the workers' batch stats merged into one, and
+per-worker health in the Prometheus text."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from inferstream.app.metrics import metric_lines
+
+if TYPE_CHECKING:
+    from inferstream.app.workers import _Worker
+
+
+def merge_batches(stats: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Several batch-groups' stats (pyinfer's ``stats``) as one: counts summed, means weighted by what they
+    average over (fill and wait per frame, infer time per batch)."""
+    batches = sum(s.get("batches", 0) for s in stats)
+    frames = sum(s.get("frames", 0) for s in stats)
+    if not batches:
+        return {}
+    wait = sum(s.get("mean-wait-ms", 0.0) * s.get("frames", 0) for s in stats)
+    infer = sum(s.get("mean-infer-ms", 0.0) * s.get("batches", 0) for s in stats)
+    return {"batches": batches, "frames": frames, "mean-fill": round(frames / batches, 3),
+            "mean-wait-ms": round(wait / max(frames, 1), 3), "mean-infer-ms": round(infer / batches, 3)}
+
+
+def worker_metrics(workers: Sequence[_Worker], order: Sequence[str]) -> str:
+    """Per-worker health: up, restarts, failed, its batch fill, and which worker runs each stream."""
+    lab = [(f'{{worker="{w.index}"}}', w) for w in workers]
+    fill = [(lb, w.snap.batch["mean-fill"]) for lb, w in lab if w.snap and "mean-fill" in w.snap.batch]
+    where = {sid: w.index for w in workers for sid in w.ids}
+    return "\n".join([
+        *metric_lines("worker_up", "gauge", "1 while the worker process runs",
+                      [(lb, float(not w.ended and w.proc is not None and w.proc.poll() is None)) for lb, w in lab]),
+        *metric_lines("worker_restarts_total", "counter", "Times the worker was restarted after dying",
+                      [(lb, w.restarts) for lb, w in lab]),
+        *metric_lines("worker_failed", "gauge", "1 when the worker died for good (its streams failed)",
+                      [(lb, float(bool(w.failed))) for lb, w in lab]),
+        *metric_lines("worker_batch_fill_mean", "gauge", "Mean frames per batch of the worker's batch-group", fill),
+        *metric_lines("stream_worker", "gauge", "The worker that runs the stream",
+                      [(f'{{stream="{sid}"}}', where[sid]) for sid in order]),
+    ]) + "\n"
