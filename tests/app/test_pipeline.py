@@ -86,3 +86,31 @@ def test_plan_tees_messages_after_the_analytics() -> None:
     pipeline = Gst.parse_launch(" ".join(s.description for s in plan.streams))
     assert pipeline.get_by_name(cam1.sinks[1]) is not None
     pipeline.set_state(Gst.State.NULL)
+
+
+@pytest.mark.parametrize("osd", [True, False])
+def test_plan_keeps_nvdec_frames_in_cuda_memory_up_to_the_analytics(osd: bool) -> None:
+    """``device: cuda`` + ``decode: nvh264dec``: no videoconvert before pyinfer; a cudadownload right before the
+    first element that needs system memory (pyosd, or the encoder when there is no OSD)."""
+    from inferstream.app.pipeline import stream_plan
+
+    cfg = load_config({**CONFIG, "decode": "avdec_h264", "tracker": {},
+                       "infer": {**BLOBS, "device": "cuda"}, **({} if osd else {"osd": None})})
+    gpu = stream_plan(cfg, 0, "cam1", on_gpu=True).description
+    cpu = stream_plan(cfg, 0, "cam1").description
+    assert "videoconvert ! video/x-raw,format=RGB ! pyinfer" in cpu and "cudadownload" not in cpu
+    assert "videoconvert ! video/x-raw,format=RGB" not in gpu and "max-size-time=0 ! pyinfer name=cam1_infer" in gpu
+    first_system = "name=cam1_osd" if osd else "x264enc"
+    assert gpu.index("name=cam1_tracker") < gpu.index("cudadownload") < gpu.index(first_system)
+    # without a GPU nvcodec registers no elements: the rest of the branch parses with an identity in its place
+    assert Gst.parse_launch(gpu.replace("cudadownload", "identity")) is not None
+
+
+def test_gpu_frames_needs_a_cuda_device_and_nvdec() -> None:
+    from inferstream.app.pipeline import gpu_frames
+
+    cfg = load_config({**CONFIG, "infer": {**BLOBS, "device": "cuda:0"}})
+    file_src, test_src = cfg.sources[0], cfg.sources[1]
+    assert gpu_frames(cfg, file_src, hardware=True) and not gpu_frames(cfg, file_src, hardware=False)
+    assert not gpu_frames(cfg, test_src, hardware=True)  # videotestsrc makes system memory
+    assert not gpu_frames(load_config(CONFIG), file_src, hardware=True)  # device cpu

@@ -5,6 +5,11 @@ Branch of one stream::
     source ! decode ! [identity eos-after] ! queue ! videoconvert ! video/x-raw,format=RGB
       ! pyinfer [! pyinfer ...] [! pytracker] [! pyosd] ! [tee ! queue ! pymsgconv ! pymsgbroker  tee.] ! queue ! sink
 
+With ``infer.device: cuda`` and NVDEC decoding (``decode: nvh264dec``, or ``auto`` where it works), frames stay in
+CUDA memory from the decoder to pyinfer and pytracker (no videoconvert: pyinfer letterboxes NV12 on the GPU); a
+``cudadownload`` brings them to system memory only before an element that needs pixels there (pyosd, an encoder,
+a display).
+
 Every pyinfer of the primary detector joins one batch-group, so the streams batch together.
 """
 from __future__ import annotations
@@ -156,8 +161,18 @@ def _messages(cfg: AppConfig, sid: str) -> tuple[str, str]:
     return f"{text} ! fakesink name={sid}_msgsink sync=false", f"{sid}_msgsink"  # a pass-through broker
 
 
-def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = None) -> StreamPlan:
-    """``batch_size``: the default batch (streams in this process; default all the config's sources)."""
+def gpu_frames(cfg: AppConfig, src: Source, hardware: bool) -> bool:
+    """Whether a source's decoded frames can stay in CUDA memory up to pyinfer (see the module docstring)."""
+    device = str(_canon(cfg.infer.properties).get("device", "cpu"))
+    decode = src.decode or cfg.decode
+    return (device.startswith("cuda") and src.kind in ("file", "uri")
+            and (decode == HW_DECODER or (decode == "auto" and hardware)))
+
+
+def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = None,
+                on_gpu: bool = False) -> StreamPlan:
+    """``batch_size``: the default batch (streams in this process; default all the config's sources).
+    ``on_gpu``: frames stay in CUDA memory from the decoder to the analytics (``gpu_frames``)."""
     src = cfg.sources[index]
     decode = src.decode or cfg.decode
     batch = batch_size or len(cfg.sources)
@@ -173,9 +188,13 @@ def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = N
             tracker.setdefault("first-id", index * TRACK_ID_RANGE + 1)  # ids unique across the streams
         chain.append(_join(f"pytracker name={sid}_tracker", _props("pytracker", tracker, sid)))
     if cfg.osd is not None:
+        if on_gpu:
+            chain.append(f"cudadownload name={sid}_download")
         chain.append(_join(f"pyosd name={sid}_osd", _props("pyosd", cfg.osd, sid)))
-    last = chain[-1].split()[1].removeprefix("name=")
+    last = next(e.split()[1].removeprefix("name=") for e in reversed(chain) if not e.startswith("cudadownload"))
     sink, output = _sink(cfg, sid)
+    if on_gpu and cfg.osd is None and cfg.sink.type != "fakesink":
+        sink = f"cudadownload name={sid}_download ! {sink}"
     sinks = [f"{sid}_sink"]
     if cfg.messages is not None:
         messages, message_sink = _messages(cfg, sid)
@@ -183,8 +202,9 @@ def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = N
         sinks.append(message_sink)
     total = min((n for n in (src.num_buffers, src.max_frames) if n), default=None)
     limit = f"identity name={sid}_limit eos-after={src.max_frames + 1} ! " if src.max_frames else ""
+    convert = "" if on_gpu else "! videoconvert ! video/x-raw,format=RGB "
     description = (f"{_source(src, sid, decode)} ! {limit}{QUEUE.replace('queue', f'queue name={sid}_entry', 1)} "
-                   f"! videoconvert ! video/x-raw,format=RGB ! {' ! '.join(chain)} ! {sink}")
+                   f"{convert}! {' ! '.join(chain)} ! {sink}")
     return StreamPlan(id=sid, kind=src.kind, target=src.target, description=description, live=_is_live(src),
                       total_frames=total, entry=f"{sid}_entry", infer=f"{sid}_infer", last=last,
                       sinks=tuple(sinks), output=output, limit=src.max_frames or None,
@@ -200,7 +220,8 @@ def build_plan(cfg: AppConfig, only: Sequence[int] | None = None) -> Plan:
     hardware = gstprops.decoder_works(HW_DECODER)
     ids = cfg.stream_ids()
     picked = range(len(ids)) if only is None else only
-    streams = tuple(stream_plan(cfg, i, ids[i], len(picked)) for i in picked)
+    streams = tuple(stream_plan(cfg, i, ids[i], len(picked), gpu_frames(cfg, cfg.sources[i], hardware))
+                    for i in picked)
     uses_auto = any((s.decode or cfg.decode) == "auto" and s.kind != "test" for s in cfg.sources)
     boost = (HW_DECODER,) if hardware and uses_auto else ()
     env = {"GST_PLUGIN_FEATURE_RANK": f"{HW_DECODER}:MAX"} if boost else {}
