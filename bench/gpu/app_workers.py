@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""``inferstream run --workers N`` on the GPU machine: the app itself, NVDEC -> pyinfer (CUDA memory) [-> pytracker],
+against the bare model ceiling measured in the same call.
+
+    python bench/gpu/app_workers.py --out DIR [--streams 64] [--workers 1,2,4,8] [--frames 450]
+
+Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does both). Phases:
+  clips     a few distinct 1080p H.264 clips made there (x264enc; the H200 has no NVENC), shared by the streams
+  ceiling   the bare TorchScript on a static fp16 input, one CUDA graph replayed (NCHW and channels_last), per batch
+            size: what the model alone reaches, with no wrapper copies
+  runs      for each workers count, with and without pytracker: the app as a subprocess on a YAML config
+            (decode: nvh264dec, infer.device: cuda, batch-size min(32, streams per worker), fakesink);
+            frames/s from its Prometheus endpoint between 25 % and 90 % of the frames, GPU/NVDEC utilisation
+            (NVML), host CPU of the whole process tree
+Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import gi
+
+gi.require_version("Gst", "1.0")
+from gi.repository import Gst  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import Nvml, Sampler, run_pipeline  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
+_FRAMES = re.compile(r'^inferstream_frames_total\{stream="[^"]*"\} (\d+)', re.MULTILINE)
+
+
+def make_clips(out: Path, count: int, frames: int) -> list[Path]:
+    paths = []
+    for i in range(count):
+        path = out / f"clip{i}.mp4"
+        desc = (f"videotestsrc pattern=smpte horizontal-speed={5 + 2 * i} num-buffers={frames} ! "
+                "video/x-raw,format=I420,width=1920,height=1080,framerate=30/1 ! x264enc speed-preset=ultrafast "
+                f"tune=zerolatency bitrate=8000 key-int-max=60 ! h264parse ! mp4mux ! filesink location={path}")
+        res = run_pipeline(desc, timeout_s=180)
+        if "error" in res:
+            raise RuntimeError(f"encoding {path.name} failed: {res['error']}")
+        paths.append(path)
+    return paths
+
+
+def bare_ceiling(batches: list[int], reps: int = 5) -> dict[str, Any]:
+    """img/s of one CUDA graph of the TorchScript on a static fp16 batch (median of ``reps`` timings)."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for layout in ("nchw", "channels_last"):
+        model = torch.jit.load(str(MODEL), map_location="cuda").half().eval()
+        fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+        model = model.to(memory_format=fmt)
+        for b in batches:
+            x = torch.rand((b, 3, 640, 640), device="cuda").half().contiguous(memory_format=fmt)
+            stream = torch.cuda.Stream()
+            with torch.inference_mode():
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(3):
+                        model(x)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    model(x)
+                rates = []
+                for _ in range(reps):
+                    iters = max(5, 1600 // b)
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    for _ in range(iters):
+                        graph.replay()
+                    torch.cuda.synchronize()
+                    rates.append(b * iters / (time.perf_counter() - t))
+            out[f"{layout}-b{b}"] = round(statistics.median(rates), 1)
+            del graph
+        del model
+        torch.cuda.empty_cache()
+    return out
+
+
+def rate_between(samples: list[tuple[float, int]], total: int, lo: float = 0.25,
+                 hi: float = 0.9) -> tuple[float, float, float]:
+    """Frames/s between the moments ``lo`` and ``hi`` of ``total`` were done (interpolated): workers start a few
+    seconds apart (each loads the model and captures its graphs), so the window starts once all of them run."""
+    def when(target: float) -> float:
+        for (t0, f0), (t1, f1) in itertools.pairwise(samples):
+            if f1 >= target:
+                return t0 + (t1 - t0) * max(0.0, target - f0) / max(f1 - f0, 1)
+        return samples[-1][0]
+
+    t_lo, t_hi = when(lo * total), when(hi * total)
+    return ((hi - lo) * total / (t_hi - t_lo) if t_hi > t_lo else 0.0), t_lo, t_hi
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _frames_done(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    return sum(int(v) for v in _FRAMES.findall(text))
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its live descendants (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int, timeout_s: float) -> dict[str, Any]:
+    import yaml
+
+    path = out / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    port = _free_port()
+    cmd = [sys.executable, "-m", "inferstream.app.cli", "run", str(path), "--workers", str(workers),
+           "--console", "quiet", "--metrics-port", str(port)]
+    samples: list[tuple[float, int]] = []
+    cpu: list[tuple[float, float]] = []
+    t0 = time.perf_counter()
+    with Sampler(Nvml()) as sampler, open(out / f"{name}.log", "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        while proc.poll() is None and time.perf_counter() - t0 < timeout_s:
+            done = _frames_done(port)
+            now = time.perf_counter()
+            if done is not None:
+                samples.append((now, done))
+                cpu.append((now, _tree_cpu_s(proc.pid)))
+            time.sleep(0.25)
+        if proc.poll() is None:
+            proc.kill()
+        rc = proc.wait()
+    result: dict[str, Any] = {"workers": workers, "rc": rc, "wall_s": round(time.perf_counter() - t0, 1)}
+    if len(samples) < 3 or samples[-1][1] < 0.5 * total:
+        result["error"] = f"only {samples[-1][1] if samples else 0} of {total} frames seen (see {name}.log)"
+        return result
+    fps, lo, hi = rate_between(samples, total)
+    window = [(t, c) for t, c in cpu if lo <= t <= hi]
+    cores = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0]) if len(window) > 1 else None
+    result.update({"fps": round(fps, 1), "frames_seen": samples[-1][1], "host_cores": cores and round(cores, 2),
+                   **sampler.window(lo, hi)})
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--streams", type=int, default=64)
+    ap.add_argument("--workers", default="1,2,4,8")
+    ap.add_argument("--frames", type=int, default=450, help="frames per clip (per stream)")
+    ap.add_argument("--clips", type=int, default=4)
+    ap.add_argument("--tracker", default="yes,no")
+    ap.add_argument("--run-timeout", type=float, default=150.0)
+    args = ap.parse_args()
+    Gst.init(None)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"streams": args.streams, "frames": args.frames}
+    t = time.perf_counter()
+    clips = make_clips(args.out, args.clips, args.frames)
+    report["clips_s"] = round(time.perf_counter() - t, 1)
+    counts = [int(w) for w in args.workers.split(",")]
+    batches = sorted({min(32, args.streams // w) for w in counts})
+    report["ceiling"] = bare_ceiling(batches)
+    print("ceiling", report["ceiling"], flush=True)
+    total = args.streams * args.frames
+    report["runs"] = []
+    for tracker in args.tracker.split(","):
+        for workers in counts:
+            batch = min(32, args.streams // workers)
+            cfg: dict[str, Any] = {
+                "sources": [{"id": f"cam{i}", "file": str(clips[i % len(clips)])} for i in range(args.streams)],
+                "decode": "nvh264dec",
+                "infer": {"model": str(MODEL), "device": "cuda", "batch-size": batch, "max-latency": 50},
+                "sink": {"type": "fakesink"},
+            }
+            if tracker == "yes":
+                cfg["tracker"] = {}
+            name = f"w{workers}-{'track' if tracker == 'yes' else 'notrack'}"
+            res = run_app(cfg, workers, args.out, name, total, args.run_timeout)
+            res.update({"tracker": tracker == "yes", "batch": batch})
+            ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
+            res["of_ceiling_same_batch"] = round(res.get("fps", 0) / ceiling, 3)
+            res["of_ceiling_b32"] = round(res.get("fps", 0) / max(v for k, v in report["ceiling"].items()
+                                                                   if k.endswith("-b32")), 3)
+            report["runs"].append(res)
+            print(name, res, flush=True)
+            (args.out / "app_workers.json").write_text(json.dumps(report, indent=1))
+    lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
+              "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
+             f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
+             ("| workers | batch | pytracker | frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % "
+              "| host cores | rc |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["runs"]:
+        lines.append(f"| {r['workers']} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | {r.get('fps', '-')} | "
+                     f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
+                     f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r['rc']}"
+                     + (f" ({r['error']})" if "error" in r else "") + " |")
+    (args.out / "app_workers.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
