@@ -10,36 +10,17 @@ RF-DETR ONNX file is rfdetr's own export, cached in ``.cache/bench/``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import gi
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst  # noqa: E402
-from pyinfer_cpu import RESULTS, pipeline_fps  # noqa: E402
+from pyinfer_cpu import RESULTS, pipeline_fps, raw_fps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
-
-
-def raw_fps(model: str, size: tuple[int, int], frames: int) -> float:
-    import torch
-
-    from inferstream.backends.loader import load_backend
-
-    backend = load_backend(model, trust_checkpoint=True)
-    x = torch.rand((1, 3, *size), dtype=backend.dtype)
-    for _ in range(2):
-        backend(x)
-    times = []
-    for _ in range(frames):
-        t0 = time.perf_counter()
-        backend(x)
-        times.append(time.perf_counter() - t0)
-    return 1.0 / statistics.median(times)
 
 
 def _models(cache: Path) -> dict[str, tuple[str, tuple[int, int], str]]:
@@ -87,7 +68,7 @@ def main() -> None:
         _build(name, cache)
         spec, size, extra = models[name]
         raw = raw_fps(spec, size, args.frames)
-        pipe = pipeline_fps(spec, args.frames, f"{extra} confidence-threshold=0.5")  # type: ignore[arg-type]
+        pipe = pipeline_fps(spec, args.frames, f"{extra} confidence-threshold=0.5")
         rows.append((name, f"{size[1]}x{size[0]}", raw, pipe))
         print(rows[-1], flush=True)
     lines = [f"CPU: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi (768x576), batch 1",

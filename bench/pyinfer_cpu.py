@@ -24,7 +24,7 @@ from inferstream.data import person_detector, vtest_path  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def pipeline_fps(model: Path, frames: int, extra: str = "") -> float:
+def pipeline_fps(model: Path | str, frames: int, extra: str = "") -> float:
     """Frames per second through the whole pipeline, timed from the first to the last buffer out of pyinfer."""
     desc = (f"filesrc location={vtest_path()} ! decodebin ! videoconvert ! video/x-raw,format=RGB ! queue "
             f"max-size-buffers=8 ! pyinfer name=inf model={model} trust-checkpoint=true {extra} "
@@ -42,14 +42,14 @@ def pipeline_fps(model: Path, frames: int, extra: str = "") -> float:
     return (len(stamps) - 1 - skip) / (stamps[-1] - stamps[skip])
 
 
-def raw_fps(model: Path, frames: int) -> float:
-    """Frames per second of the backend alone on a ready 640x640 batch of 1."""
+def raw_fps(model: Path | str, frames: int, size: tuple[int, int] = (640, 640)) -> float:
+    """Frames per second of the backend alone on a ready batch of 1 (``size``: height, width)."""
     import torch
 
     from inferstream.backends.loader import load_backend
 
     backend = load_backend(str(model), trust_checkpoint=True)
-    x = torch.rand((1, 3, 640, 640), dtype=backend.dtype)
+    x = torch.rand((1, 3, *size), dtype=backend.dtype)
     for _ in range(3):
         backend(x)
     times = []
