@@ -81,7 +81,7 @@ class Checker:
         from inferstream.models.base import DecodeParams
 
         self.reference = Detector(InferConfig(model=model, params=DecodeParams(conf=conf), device="cpu",
-                                              precision="fp32"))
+                                              precision="fp32", preprocess="exact"))
         self.conf, self.unique_id = conf, unique_id
         self.frames = self.objects = self.tracked = 0
         self.track_ids: set[int] = set()
@@ -129,6 +129,7 @@ def pipeline_text(video: Path, model: str, conf: float, unique_id: int, payload_
             "video/x-raw(memory:NVMM),format=NV12 ! m.sink_0 "
             f"nvstreammux name=m batch-size=1 width={MUXER[0]} height={MUXER[1]} ! nvvideoconvert ! "
             f"video/x-raw(memory:NVMM),format=RGBA ! pyinfer name=infer model={model} device=cuda precision=fp32 "
+            "preprocess=exact "
             f"confidence-threshold={conf} unique-id={unique_id} ! "
             f"nvtracker name=tracker ll-lib-file={TRACKER_LIB} ! nvdsosd ! "
             f"nvmsgconv payload-type=1 msg2p-newapi=1 debug-payload-dir={payload_dir} ! fakesink")
@@ -159,13 +160,17 @@ def environment() -> list[str]:
         lines.append(f"gstreamer: {Gst.version_string()}")
     except (ImportError, ValueError) as exc:
         lines.append(f"gstreamer: {exc}")
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False)
-    lines.append(f"gpu: {gpu.stdout.strip() or gpu.stderr.strip()}")
-    rev = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True, check=False)
-    lines.append(f"inferstream commit: {rev.stdout.strip() or 'unknown'}")
+    lines.append(f"gpu: {_output(['nvidia-smi', '--query-gpu=name,driver_version', '--format=csv,noheader'])}")
+    lines.append(f"inferstream commit: {_output(['git', '-C', str(Path(__file__).parent), 'rev-parse', 'HEAD'])}")
     return lines
+
+
+def _output(cmd: list[str]) -> str:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({exc})"
+    return done.stdout.strip() or done.stderr.strip() or "unknown"
 
 
 def run(args: argparse.Namespace) -> tuple[str, list[str]]:
