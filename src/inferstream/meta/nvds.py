@@ -14,9 +14,10 @@ What pyservicemaker does not let Python write, and so is left as the pool hands 
 - ``NVDS_EVENT_MSG_META``: nvinfer does not write it either; run ``nvmsgconv msg2p-newapi=1`` (it walks the
   object metas) or attach ``acquire_event_message_meta().generate(obj, frame)`` in your own probe.
 
-``text_params.display_text`` is set once per object: the binding's setter allocates it with ``new[]`` and
-DeepStream frees it with ``g_free`` when the meta is released, so it must not be set twice (the setter would
-``delete[]`` what another component allocated with ``g_strdup``).
+``text_params.display_text`` is set once per object, on a fresh object from the pool: the binding's setter
+``delete[]``s the old text and allocates with ``new[]``, while DeepStream's components allocate it with
+``g_strdup`` and free it with ``g_free`` / ``free`` (nvtracker) when the meta is released; rewriting a text that
+another component allocated would mix the two allocators.
 """
 from __future__ import annotations
 
