@@ -1,4 +1,4 @@
-.PHONY: setup test demo bench
+.PHONY: setup test demo bench deepstream-check
 
 setup:
 	./setup
@@ -12,3 +12,7 @@ demo:
 
 bench:
 	. .venv/bin/activate && inferstream bench
+
+# Inside a DeepStream 9 container (see README "DeepStream"): pyinfer on NVMM batches against the CPU path.
+deepstream-check:
+	$(if $(wildcard .venv/bin/activate),. .venv/bin/activate && ,)python tools/deepstream_check.py

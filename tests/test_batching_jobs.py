@@ -204,3 +204,28 @@ def test_follow_ups_run_once_per_batch_with_all_their_frames_after_every_deliver
     assert sorted(delivered) == [("delivered", x) for x in (10, 50, 90, 130)]  # every frame first
     assert sorted(f[:2] for f in follow_ups) == [("other", [50]), ("track", [10, 130])]  # each run once
     assert {f[2] for f in follow_ups} == {jobs[0].delivered_thread}  # on the batch's thread
+
+
+def test_infer_batch_runs_a_muxed_batch_at_once_and_counts_it(group: BatchGroup) -> None:
+    """The NVMM path's chain without DeepStream: pitched RGBA surfaces (frames.nvmm.tensor_frame) inferred as one
+    batch, then turned into nvinfer's fields at a muxer twice the surface size."""
+    from inferstream.frames.nvmm import tensor_frame
+    from inferstream.meta.nvds_fields import object_fields
+
+    surfaces = []
+    for x in (10, 90):
+        memory = torch.zeros((120, 1024), dtype=torch.uint8)  # rows 1024 bytes apart: a surface pitch
+        rgba = memory.as_strided((120, 200, 4), (1024, 4, 1))
+        rgba[30:70, x:x + 40, 0], rgba[:, :, 3] = 255, 255
+        surfaces.append(rgba)
+    frames = [tensor_frame(s) for s in surfaces]
+    before = group.stats.frames
+    dets, labels = group.infer_batch(frames, group.cfg.params)
+    assert labels == ("red", "green", "blue") and group.stats.frames == before + 2
+    reference = group.detector.infer([_square_frame(10), _square_frame(90)])
+    for got, ref in zip(dets, reference):
+        torch.testing.assert_close(got.boxes_xyxy, ref.boxes_xyxy)
+    (first,), (second,) = (object_fields(d, labels, (200, 120), (400, 240), unique_id=1) for d in dets)
+    assert (first.class_id, first.label) == (0, "red")
+    assert abs(first.left - 20) <= 2 and abs(first.top - 60) <= 2 and abs(first.width - 80) <= 4
+    assert abs(second.left - 180) <= 2

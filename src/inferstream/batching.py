@@ -276,6 +276,19 @@ class BatchGroup:
         for run, items in follow_ups.items():
             run(items)
 
+    def infer_batch(self, frames: list[RawFrame], params: DecodeParams) -> tuple[list[Detections], tuple[str, ...]]:
+        """Infer frames that already form a batch (a DeepStream nvstreammux buffer) and return them with the
+        model's labels; under the run lock, so a hot swap waits for it (and rolls back) as for the group's own."""
+        t0 = time.monotonic()
+        with self._run_lock:
+            dets = self._infer_or_roll_back(frames, params)
+            labels = self.detector.labels
+        with self._lock:
+            self.stats.batches += 1
+            self.stats.frames += len(frames)
+            self.stats.infer_s += time.monotonic() - t0
+        return dets, labels
+
     def swap(self, detector: Detector,
              on_rollback: Callable[[Detector, BaseException], None] | None = None) -> Detector:
         """Install ``detector`` between two batches; returns the old one, which the group keeps (and closes once

@@ -51,3 +51,23 @@ def without_cuda_memory(caps: Gst.Caps) -> Gst.Caps:
             features = caps.get_features(i)
             out.append_structure_full(caps.get_structure(i).copy(), features.copy() if features else None)
     return out
+
+
+def with_nvmm_if_available(caps: Gst.Caps) -> Gst.Caps:
+    """``caps`` with DeepStream's ``memory:NVMM`` RGBA/RGB first, only where pyservicemaker can be imported (the
+    package is looked up, not imported); on stock GStreamer ``caps`` comes back unchanged."""
+    from inferstream.frames.nvmm import NVMM_FORMATS, NVMM_MEMORY, pyservicemaker_available
+
+    if not pyservicemaker_available():
+        return caps
+    out = Gst.Caps.from_string(f"video/x-raw({NVMM_MEMORY}), format=(string){{ {', '.join(NVMM_FORMATS)} }}, "
+                               "width=(int)[1, 32767], height=(int)[1, 32767], framerate=(fraction)[0/1, MAX]")
+    out.append(caps)
+    return out
+
+
+def is_nvmm(caps: Gst.Caps, index: int = 0) -> bool:
+    from inferstream.frames.nvmm import NVMM_MEMORY
+
+    features = caps.get_features(index)
+    return features is not None and features.contains(NVMM_MEMORY)

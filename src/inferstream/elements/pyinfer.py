@@ -29,12 +29,15 @@ from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._caps import (  # noqa: E402
     cuda_or_system_video_caps,
     is_cuda_memory,
+    is_nvmm,
     video_templates,
+    with_nvmm_if_available,
     without_cuda_memory,
 )
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.elements._stream import stream_info_event  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
+from inferstream.frames.nvmm import pyservicemaker_available  # noqa: E402
 from inferstream.inference import PREPROCESS_MODES  # noqa: E402
 from inferstream.models.registry import FAMILIES as MODEL_FAMILIES  # noqa: E402
 
@@ -118,7 +121,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         "object-detection metadata. Buffers pass through unchanged.",
         "inferstream",
     )
-    __gsttemplates__ = video_templates(cuda_or_system_video_caps())
+    __gsttemplates__ = video_templates(with_nvmm_if_available(cuda_or_system_video_caps()))
 
     model = props.string("Model", "Model file (.onnx, .pt/.pth TorchScript or checkpoint, ultralytics .pt) or "
                          "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap: "
@@ -193,7 +196,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._group: BatchGroup | None = None
         self._params: DecodeParams | None = None
         self._quarks: dict[tuple[str, ...], list[int]] = {}
-        self._producer = 0
+        self._producer: int | None = 0  # None: no GstAnalytics (NVMM input only)
         self._frame_index = 0
         self._source_id = 0
         self._skip = 0
@@ -202,6 +205,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._swap_generation = 0
         self._showing: int | None = None  # thread setting ``model`` back to the running one (no swap for that)
         self._cuda_memory = False  # the negotiated caps carry memory:CUDAMemory
+        self._nvmm = False  # ... memory:NVMM: each buffer is an nvstreammux batch (frames.nvmm, meta.nvds)
         self._cuda: tuple[str, str | None] | None = None  # (device, why CUDA memory is unavailable), per device
         self._cuda_index: int | None = None
         self._told_upload = False
@@ -313,8 +317,16 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             post_error(self, exc, f"cannot load model {self.model!r}")
             return False
         self._params = cfg.params
-        self._producer = producer_quark(self.unique_id)
-        analytics_loops()  # build or load the compiled metadata loops now, not while the first batch waits
+        try:
+            self._producer = producer_quark(self.unique_id)
+            analytics_loops()  # build or load the compiled metadata loops now, not while the first batch waits
+        except (OSError, AttributeError) as exc:  # no GstAnalytics >= 1.26 (DeepStream 8/9 ship GStreamer 1.24)
+            self._producer = None  # NvDs metadata needs none of it: NVMM input still works
+            if not pyservicemaker_available():
+                self.do_stop()
+                post_error(self, exc, "GstAnalytics (GStreamer >= 1.26) is needed to write the detections")
+                return False
+            Gst.warning(f"{self.get_name()}: no usable GstAnalytics ({exc}): DeepStream (NVMM) input only")
         self._frame_index = 0
         self._ended = False
         self._skip = self.interval
@@ -338,11 +350,15 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
         self._info = GstVideo.VideoInfo.new_from_caps(incaps)
         self._cuda_memory = is_cuda_memory(incaps)
+        self._nvmm = is_nvmm(incaps)
         self._frame_format = None if self._info is None else frame_format(self._info)
+        if self._producer is None and not self._nvmm:
+            Gst.warning(f"{self.get_name()}: {incaps.to_string()} refused: without GstAnalytics only NVMM input")
+            return False
         if self._cuda_memory and self._cuda_index is None:
             Gst.warning(f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
             return False
-        if not self._cuda_memory and self._cuda_index is not None and not self._told_upload:
+        if not (self._cuda_memory or self._nvmm) and self._cuda_index is not None and not self._told_upload:
             self._told_upload = True
             Gst.info(f"{self.get_name()}: system-memory input with device={self._group.cfg.device}: each frame is "
                      "uploaded (put a CUDA decoder or cudaupload upstream to keep pixels on the GPU)")
@@ -417,6 +433,11 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         if self._skip and index % (self._skip + 1):
             return Gst.FlowReturn.OK
         try:
+            if self._nvmm:  # a whole muxed batch: inferred at once, written as NvDsObjectMeta
+                from inferstream.meta.nvds import infer_nvmm_batch
+
+                infer_nvmm_batch(buf, lambda frames: self._group.infer_batch(frames, self._params), self.unique_id)
+                return Gst.FlowReturn.OK
             self._group.infer(_InferJob(self, buf), self._params)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
             post_error(self, exc, "inference failed")
