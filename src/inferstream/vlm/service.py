@@ -74,6 +74,14 @@ class VlmClient:
             self._on_answer(answer)
         return answers
 
+    def reject(self, answer: VlmAnswer) -> None:
+        """Count a request that failed before it could be sent (``answer.error`` set), and report it."""
+        with self._lock:
+            self.stats.requested += 1
+            self.stats.pending += 1
+        self._count(answer)
+        self._on_answer(answer)
+
     def deliver(self, answer: VlmAnswer) -> None:
         """Called by a worker thread: count, notify, keep for the element's next buffer."""
         self._count(answer)
