@@ -189,3 +189,24 @@ def test_pyvlm_missing_model_is_an_error_naming_it(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
     result, seen, _ = _run(f"{SRC.format(n=3)} ! pyvlm name=v model={missing} ! fakesink")
     assert len(result.errors) == 1 and str(missing) in result.errors[0] and seen == []
+
+
+def test_pyvlm_answers_reach_pymsgconv_payloads_and_pyosd(tiny_vlm: Path) -> None:
+    from inferstream.meta.payload import read_payloads
+
+    def payloads(buf: Any) -> list[dict]:
+        return [json.loads(p) for m in read_payloads(buf) for p in m.payloads]
+
+    result = run_pipeline(f"{SRC.format(n=4)} ! pyvlm name=v model={tiny_vlm} interval=2 sync=true max-new-tokens=4 "
+                          "! pymsgconv name=conv frame-interval=1000 stream-id=cam7 ! tee name=t ! queue ! pyosd name=osd "
+                          "! fakesink t. ! queue ! fakesink",
+                          probes={"v": _frame_and_answers, "conv": payloads, "osd": _frame_and_answers}, timeout_s=60)
+    assert result.errors == []
+    answers = [a for _, found, _ in result.seen["v"] for a in found]
+    docs = [d for found in result.seen["conv"] for d in found if d["schema"] == "inferstream.vlm-answer/1"]
+    assert [(d["text"], d["frame"], d["pts_ns"], d["object"]) for d in docs] == \
+        [(a.text, a.frame, a.pts_ns, None) for a in answers] and len(docs) == 2
+    # pyosd draws the stream's latest answer top left, also on frames without a new one (white text on black)
+    for (before, _, _), (after, _, _) in zip(result.seen["v"], result.seen["osd"]):
+        corner_before, corner_after = before[:18, :60], after[:18, :60]
+        assert (corner_after != corner_before).any() and set(np.unique(corner_after)) <= {0, 255}
