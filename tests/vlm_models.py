@@ -47,17 +47,19 @@ def build_tiny_llava(folder: Path, seed: int = 0) -> Path:
 
 
 def reference_answers(folder: Path, images: list, prompt: str, max_new_tokens: int) -> list[str]:
-    """transformers' own greedy ``generate``, one image at a time, on the reloaded folder."""
+    """transformers' own greedy ``generate``, one request at a time, on the reloaded folder; an item of ``images``
+    is one image or a list of images (a clip)."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
     processor = AutoProcessor.from_pretrained(folder)
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-    text = processor.apply_chat_template(messages, add_generation_prompt=True)
     out = []
-    for image in images:
-        inputs = processor(images=[image], text=[text], return_tensors="pt")
+    for item in images:
+        clip = item if isinstance(item, list) else [item]
+        content = [{"type": "image"} for _ in clip] + [{"type": "text", "text": prompt}]
+        text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+        inputs = processor(images=clip, text=[text], return_tensors="pt")
         with torch.inference_mode():
             ids = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
         out.append(processor.batch_decode(ids[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True)[0])

@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from app.media import BLOBS
+
 from inferstream.app.api import run
 from inferstream.app.config import ConfigFileError, load_config
 from inferstream.app.pipeline import build_plan
