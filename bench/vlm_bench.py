@@ -7,7 +7,7 @@ frames/s without pyvlm, with it (async, the default: the video never waits) and 
 Shapes (random weights, a WordLevel tokenizer made in code; no weights are downloaded):
   tiny      CLIP 64-wide x 2 layers (224 px, patch 32) + Llama 64-wide x 2 layers: the tests' model (~1.5 MB).
   llava-3b  CLIP ViT-L/14-336 (1024 wide, 24 layers, 577 image tokens) + a Llama of Qwen2.5-3B's size (2048 wide,
-            36 layers, 16 heads / 2 KV heads, 11008 MLP, 151936 vocabulary): ~3.4 B parameters, 6.8 GB in bf16.
+            36 layers, 16 heads / 2 KV heads, 11008 MLP, 151936 vocabulary, untied head): 3.7 B parameters, 7.4 GB in bf16.
 Every answer has exactly ``--tokens`` new tokens (special tokens are suppressed: no early stop), so answers/s
 compares batch sizes at equal work.
 """
