@@ -139,11 +139,13 @@ def test_pyvlm_async_slow_server_never_stalls_the_video(tiny_vlm: Path, start_se
                                "queue-size=2 concurrency=1 drain-timeout=3 ! identity name=out ! fakesink sync=true",
                                probes={"out": lambda _buf: stamps.append(time.monotonic())})
     assert result.errors == [] and len(seen) == 45 and len(stamps) == 45
-    # 0.5 s per answer, yet the frames keep their pace: same span and gaps as without the element
-    assert abs((stamps[-1] - stamps[0]) - plain_span) < 0.15 and max(np.diff(stamps)) < plain_gap + 0.05
+    # 0.5 s per answer, yet the frames keep their pace: the span and the longest gap stay those of the run without
+    # the element (one frame waiting for one answer would add 0.5 s; margins for a busy 2-core CI machine)
+    assert abs((stamps[-1] - stamps[0]) - plain_span) < 0.25 and max(np.diff(stamps)) < max(plain_gap + 0.05, 0.25)
     assert stats["requested"] == 45 and stats["dropped"] > 30
     assert stats["answered"] + stats["dropped"] + stats["failed"] + stats["pending"] == 45
     assert stats["answered"] >= 3 and any("not answered" in w for w in result.warnings)
+    assert len([w for w in result.warnings if "dropped a request" in w]) == 1
     carried = [(i, a) for i, (_, found, _) in enumerate(seen) for a in found]
     assert carried and all(a.frame < i for i, a in carried)  # each rides on a later buffer, with its own pts
     assert all(a.pts_ns == seen[a.frame][2] for _, a in carried)

@@ -209,6 +209,11 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
         try:
             pts = buf.pts if buf.pts != Gst.CLOCK_TIME_NONE else -1
             answers = self._ask(runner, buf, frame, pts) if runner.frame_due(frame, pts) else []
+            if runner.client.stats.dropped and "dropped" not in self._warned:
+                self._warned.add("dropped")
+                post_warning(self, RuntimeError(f"queue-size={self.queue_size} requests are waiting"),
+                             "pyvlm dropped a request: the model is slower than the requests come (further drops "
+                             "are counted in stats)")
             answers += runner.client.take()
             if answers:
                 self._attach(buf, [a for a in answers if a.ok], frame)
