@@ -233,3 +233,13 @@ def test_pyvlm_answers_reach_pymsgconv_payloads_and_pyosd(tiny_vlm: Path) -> Non
     for (before, _, _), (after, _, _) in zip(result.seen["v"], result.seen["osd"]):
         corner_before, corner_after = before[:18, :60], after[:18, :60]
         assert (corner_after != corner_before).any() and set(np.unique(corner_after)) <= {0, 255}
+
+
+def test_pyvlm_failing_chat_template_warns_and_counts(tiny_vlm: Path, tmp_path: Path) -> None:
+    import shutil
+
+    broken = shutil.copytree(tiny_vlm, tmp_path / "broken-template")
+    (broken / "chat_template.jinja").write_text("{{ raise_exception('no images allowed') }}")
+    result, seen, stats = _run(f"{SRC.format(n=4)} ! pyvlm name=v model={broken} interval=2 sync=true ! fakesink")
+    assert result.errors == [] and len(seen) == 4 and stats["failed-prompt"] == 2
+    assert any("chat template failed" in w and "no images allowed" in w for w in result.warnings)

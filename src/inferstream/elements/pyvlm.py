@@ -156,8 +156,12 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
 
         from inferstream.vlm.runner import VlmSettings
 
+        from inferstream.vlm.select import MODES
+
         if not self.model:
             raise ConfigError("model is not set (a model folder, or the server's model name)")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode={self.mode!r}: expected one of {list(MODES)}")
         try:
             prompts = json.loads(self.stream_prompts) if self.stream_prompts else {}
             text = self.json_schema
