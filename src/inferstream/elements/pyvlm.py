@@ -155,7 +155,6 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
         from pathlib import Path
 
         from inferstream.vlm.runner import VlmSettings
-
         from inferstream.vlm.select import MODES
 
         if not self.model:
