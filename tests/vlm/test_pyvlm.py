@@ -243,3 +243,20 @@ def test_pyvlm_failing_chat_template_warns_and_counts(tiny_vlm: Path, tmp_path: 
     result, seen, stats = _run(f"{SRC.format(n=4)} ! pyvlm name=v model={broken} interval=2 sync=true ! fakesink")
     assert result.errors == [] and len(seen) == 4 and stats["failed-prompt"] == 2
     assert any("chat template failed" in w and "no images allowed" in w for w in result.warnings)
+
+
+def test_pyvlm_streams_share_one_model_and_batch_together(tiny_vlm: Path) -> None:
+    from inferstream.vlm import service
+
+    shared: list[int] = []
+    vlm = f"model={tiny_vlm} interval=1 batch-size=4 queue-size=16 max-new-tokens=3 drain-timeout=30"
+    desc = " ".join(f"videotestsrc num-buffers=3 pattern={p} ! video/x-raw,format=RGB,width={W},height={H} ! "
+                    f"pyvlm name={n} {vlm} stream-id={n} ! fakesink" for n, p in (("a", "ball"), ("b", "snow")))
+    result = run_pipeline(desc, probes={n: _frame_and_answers for n in "ab"}, timeout_s=60,
+                          on_start=lambda _p: shared.append(len(service._SERVICES)))
+    assert result.errors == [] and shared == [1]  # one service (one model, one queue) for both streams
+    messages = [(m.get_value("stream-id"), m.get_value("frame"), m.get_value("text")) for m in result.elements
+                if m.get_name() == "inferstream-vlm-answer"]
+    assert sorted((s, f) for s, f, _ in messages) == [(s, f) for s in "ab" for f in range(3)]
+    frames = [result.seen[s][f][0] for s, f, _ in messages]
+    assert [t for _, _, t in messages] == reference_answers(tiny_vlm, frames, "Describe the image.", 3)
