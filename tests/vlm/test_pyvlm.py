@@ -129,7 +129,7 @@ def test_pyvlm_crops_one_answer_per_object_related_to_it(tiny_vlm: Path) -> None
 def test_pyvlm_async_slow_server_never_stalls_the_video(tiny_vlm: Path, start_server: Any) -> None:
     port = free_port()
     url = start_server(server_argv(port, "slow", str(tiny_vlm), "0.5"), port)
-    live = f"videotestsrc is-live=true num-buffers=45 ! video/x-raw,format=RGB,width={W},height={H},framerate=30/1"
+    live = f"videotestsrc is-live=true num-buffers=60 ! video/x-raw,format=RGB,width={W},height={H},framerate=30/1"
     stamps: list[float] = []
     run_pipeline(f"{live} ! identity name=v ! fakesink sync=true",
                  probes={"v": lambda _buf: stamps.append(time.monotonic())}, timeout_s=30)
@@ -138,13 +138,13 @@ def test_pyvlm_async_slow_server_never_stalls_the_video(tiny_vlm: Path, start_se
     result, seen, stats = _run(f"{live} ! pyvlm name=v backend=openai server-url={url} model=tiny interval=1 "
                                "queue-size=2 concurrency=1 drain-timeout=3 ! identity name=out ! fakesink sync=true",
                                probes={"out": lambda _buf: stamps.append(time.monotonic())})
-    assert result.errors == [] and len(seen) == 45 and len(stamps) == 45
+    assert result.errors == [] and len(seen) == 60 and len(stamps) == 60
     # 0.5 s per answer, yet the frames keep their pace: the span and the longest gap stay those of the run without
     # the element (one frame waiting for one answer would add 0.5 s; margins for a busy 2-core CI machine)
     assert abs((stamps[-1] - stamps[0]) - plain_span) < 0.25 and max(np.diff(stamps)) < max(plain_gap + 0.05, 0.25)
-    assert stats["requested"] == 45 and stats["dropped"] > 30
-    assert stats["answered"] + stats["dropped"] + stats["failed"] + stats["pending"] == 45
-    assert stats["answered"] >= 3 and any("not answered" in w for w in result.warnings)
+    assert stats["requested"] == 60 and stats["dropped"] > 40
+    assert stats["answered"] + stats["dropped"] + stats["failed"] + stats["pending"] == 60
+    assert stats["answered"] >= 1 and any("not answered" in w for w in result.warnings)
     assert len([w for w in result.warnings if "dropped a request" in w]) == 1
     carried = [(i, a) for i, (_, found, _) in enumerate(seen) for a in found]
     assert carried and all(a.frame < i for i, a in carried)  # each rides on a later buffer, with its own pts

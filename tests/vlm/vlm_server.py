@@ -21,7 +21,12 @@ def main() -> None:
     if mode == "slow":
         from inferstream.vlm.backends import BackendConfig, TransformersBackend
 
+        import numpy as np
+
+        from inferstream.vlm.types import VlmRequest
+
         backend = TransformersBackend(BackendConfig("transformers", sys.argv[3], max_new_tokens=4))
+        backend.answer([VlmRequest((np.zeros((8, 8, 3), np.uint8),), "warm up", "", 0, 0)])  # before it is healthy
     delay = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     lock = threading.Lock()
 
