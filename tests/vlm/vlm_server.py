@@ -19,10 +19,9 @@ def main() -> None:
     port, mode = int(sys.argv[1]), sys.argv[2]
     backend = None
     if mode == "slow":
-        from inferstream.vlm.backends import BackendConfig, TransformersBackend
-
         import numpy as np
 
+        from inferstream.vlm.backends import BackendConfig, TransformersBackend
         from inferstream.vlm.types import VlmRequest
 
         backend = TransformersBackend(BackendConfig("transformers", sys.argv[3], max_new_tokens=4))
