@@ -14,7 +14,9 @@ def _run(code: str) -> str:
 
 def test_core_layers_do_not_import_gi() -> None:
     code = ("import inferstream.ops.letterbox, inferstream.ops.nms, inferstream.ops.draw, inferstream.models.registry,"
-            " inferstream.tracking, inferstream.messaging.schema, inferstream.inference, inferstream.batching, sys;"
+            " inferstream.tracking, inferstream.messaging.schema, inferstream.inference, inferstream.batching,"
+            " inferstream.vlm.runner, inferstream.vlm.service, inferstream.vlm.backends, inferstream.vlm.latest,"
+            " inferstream.messaging.vlm, sys;"
             " print('gi' in sys.modules)")
     assert _run(code) == "False"
 
@@ -22,7 +24,7 @@ def test_core_layers_do_not_import_gi() -> None:
 def test_plugin_scan_imports_no_torch() -> None:
     """gst-python imports every plugin file at scan time: torch must load only when an element starts."""
     files = sorted(PLUGINS.glob("*.py"))
-    assert {f.stem for f in files} >= {"pyinfer", "pyosd", "pytracker", "pymsgconv", "pymsgbroker"}
+    assert {f.stem for f in files} >= {"pyinfer", "pyosd", "pytracker", "pymsgconv", "pymsgbroker", "pyvlm"}
     code = ("import gi, runpy, sys; gi.require_version('Gst', '1.0'); from gi.repository import Gst; Gst.init(None);"
             f" [runpy.run_path(p) for p in {[str(f) for f in files]!r}];"
             " print('torch' in sys.modules, 'numpy' in sys.modules)")

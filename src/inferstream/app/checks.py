@@ -13,7 +13,7 @@ from inferstream.app.config import MODEL_SUFFIXES, KeyPath, Problem, Sink, Sourc
 
 # config section -> GStreamer element whose properties it holds
 SECTION_ELEMENTS: Final = {("tracker",): "pytracker", ("osd",): "pyosd", ("messages", "conv"): "pymsgconv",
-                           ("messages", "broker"): "pymsgbroker"}
+                           ("messages", "broker"): "pymsgbroker", ("vlm",): "pyvlm"}
 ENCODER: Final = "x264enc"
 SCREEN_SINKS: Final = ("glimagesink", "xvimagesink", "ximagesink", "waylandsink", "kmssink")
 DECODE_MODES: Final = ("auto", "software")

@@ -24,6 +24,9 @@ name inferstream's sample files; ``{id}`` in a string property becomes the strea
       secondary:                  # optional: more pyinfer property sets, chained after the primary
         - {model: other.onnx}
     tracker: {}                   # optional: pytracker properties (first-id defaults to disjoint ranges)
+    vlm:                          # optional: pyvlm properties (after the tracker, before the OSD); model required
+      model: ./my-vlm-folder      #   a transformers folder, or the model name with backend: openai + server-url
+      prompt: Describe the scene.
     osd: {}                       # optional: pyosd properties
     messages:                     # optional: a tee after the analytics into pymsgconv ! pymsgbroker
       conv: {}                    #   pymsgconv properties
@@ -156,16 +159,25 @@ class AppConfig(_Section):
     infer: Infer
     tracker: dict[str, Any] | None = None
     osd: dict[str, Any] | None = None
+    vlm: dict[str, Any] | None = None
     messages: Messages | None = None
     sink: Sink = Field(default_factory=Sink)
     on_stream_error: Literal["continue", "stop"] = "continue"
     workers: int | Literal["auto"] = 1
     worker_restarts: int = Field(1, ge=0, le=100)
 
-    @field_validator("tracker", "osd", "messages", mode="before")
+    @field_validator("tracker", "osd", "messages", mode="before")  # vlm needs its model: no empty form
     @classmethod
     def _present_means_on(cls, value: Any) -> Any:
         return {} if value is None else value  # `tracker:` with no properties enables it with defaults
+
+    @field_validator("vlm", mode="before")
+    @classmethod
+    def _vlm_model(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping) or not value.get("model"):
+            raise ValueError("vlm needs model: a transformers model folder, or the server's model name (with "
+                             "backend: openai and server-url)")
+        return value
 
     @field_validator("workers", mode="before")
     @classmethod

@@ -3,7 +3,7 @@
 Branch of one stream::
 
     source ! decode ! [identity eos-after] ! queue ! videoconvert ! video/x-raw,format=RGB
-      ! pyinfer [! pyinfer ...] [! pytracker] [! pyosd] ! [tee ! queue ! pymsgconv ! pymsgbroker  tee.] ! queue ! sink
+      ! pyinfer [! pyinfer ...] [! pytracker] [! pyvlm] [! pyosd] ! [tee ! queue ! pymsgconv ! pymsgbroker  tee.] ! queue ! sink
 
 With ``infer.device: cuda`` and NVDEC decoding (``decode: nvh264dec``, or ``auto`` where it works), frames stay in
 CUDA memory from the decoder to pyinfer and pytracker (no videoconvert: pyinfer letterboxes NV12 on the GPU); a
@@ -187,6 +187,8 @@ def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = N
         if "first-id" in (gstprops.element_properties("pytracker") or {}):
             tracker.setdefault("first-id", index * TRACK_ID_RANGE + 1)  # ids unique across the streams
         chain.append(_join(f"pytracker name={sid}_tracker", _props("pytracker", tracker, sid)))
+    if cfg.vlm is not None:  # pyinfer's stream-info names the stream for it, as for pytracker
+        chain.append(_join(f"pyvlm name={sid}_vlm", _props("pyvlm", cfg.vlm, sid)))
     if cfg.osd is not None:
         if on_gpu:
             chain.append(f"cudadownload name={sid}_download")

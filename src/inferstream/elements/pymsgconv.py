@@ -22,6 +22,7 @@ Payloads travel as a ``GstCustomMeta`` (see ``inferstream.meta.payload``).
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -154,17 +155,34 @@ class PyMsgConv(GstBase.BaseTransform):  # type: ignore[misc]
     # streaming ----------------------------------------------------------------------------------------------
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
         frame, self._frame = self._frame, self._frame + 1
-        if self._conv is None or frame % self._conv.frame_interval:
+        if self._conv is None:
             return Gst.FlowReturn.OK
         try:
-            event = self._event(buf, frame)
-            payloads = self._conv.convert(event)
+            payloads = []
+            if frame % self._conv.frame_interval == 0:
+                payloads = self._conv.convert(self._event(buf, frame))
+            payloads += self._vlm_payloads(buf)  # answers are rare and each one counts: any frame that carries one
             if payloads:
-                attach_payloads(buf, payloads, schema=self._conv.schema, stream_id=event.stream_id, frame=frame)
+                attach_payloads(buf, payloads, schema=self._conv.schema, stream_id=self._stream_identity()[0],
+                                frame=frame)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
             post_error(self, exc, "message conversion failed")
             return Gst.FlowReturn.ERROR
         return Gst.FlowReturn.OK
+
+    def _vlm_payloads(self, buf: Gst.Buffer) -> list[bytes]:
+        """One ``inferstream.vlm-answer/1`` payload per pyvlm answer on the buffer."""
+        from inferstream.messaging.schema import rfc3339_ms
+        from inferstream.messaging.vlm import vlm_answer_document
+        from inferstream.meta.vlm import read_answers
+
+        answers = read_answers(buf)
+        if not answers:
+            return []
+        ts = rfc3339_ms(self._wall_clock_ns(buf) or time.time_ns())
+        source_id = self._stream_identity()[1]
+        return [json.dumps(vlm_answer_document(a, source_id=source_id, timestamp=ts), separators=(",", ":"),
+                           ensure_ascii=False).encode() for a in answers]
 
     def _event(self, buf: Gst.Buffer, frame: int) -> FrameEvent:
         from inferstream.messaging.events import FrameEvent

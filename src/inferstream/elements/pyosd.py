@@ -16,7 +16,10 @@ from inferstream.elements._caps import system_video_caps, video_templates  # noq
 from inferstream.elements._errors import post_error  # noqa: E402
 
 if TYPE_CHECKING:
+    from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
+    from inferstream.meta.gstanalytics import FrameMeta
+    from inferstream.vlm.latest import LatestAnswers
 
 
 class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
@@ -35,11 +38,14 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
     show_labels = props.boolean("Show labels", "Draw the label text above each box", True)
     show_confidence = props.boolean("Show confidence", "Append the confidence to the label", True)
     show_track_ids = props.boolean("Show track ids", "Append #id of tracked objects; colour by track id", True)
+    show_vlm_answers = props.boolean("Show VLM answers", "Draw pyvlm's latest answer per stream (top left) and per "
+                                     "tracked object (under its box; untracked: on the frame it rides on)", True)
 
     def __init__(self) -> None:
         super().__init__()
         self.set_in_place(True)
         self._format: FrameFormat | None = None  # what mapping needs, read once per caps
+        self._answers: LatestAnswers | None = None
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
         from inferstream.frames.system import frame_format
@@ -55,20 +61,55 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
 
         try:
             meta = read_detections(buf)
-            if meta is None or len(meta.dets) == 0:
+            notes = self._vlm_notes(buf, meta) if self.show_vlm_answers else []
+            if (meta is None or len(meta.dets) == 0) and not notes:
                 return Gst.FlowReturn.OK
-            dets = meta.dets
-            tracks = dets.track_ids.tolist() if dets.track_ids is not None else [-1] * len(dets)
-            labels, scores = dets.labels.tolist(), dets.scores.tolist()
-            colors = [id_color(t if t >= 0 and self.show_track_ids else 1000 + lab) for t, lab in zip(tracks, labels)]
-            texts = [self._text(meta.label_names[lab], score, t) for lab, score, t in zip(labels, scores, tracks)]
             with mapped_frame(buf, self._format, writable=True) as frame:
-                draw_detections(frame, dets.boxes_xyxy, dets.angles_rad, colors, texts, self.line_width,
-                                self.font_scale)
+                if meta is not None and len(meta.dets):
+                    dets = meta.dets
+                    tracks = dets.track_ids.tolist() if dets.track_ids is not None else [-1] * len(dets)
+                    labels, scores = dets.labels.tolist(), dets.scores.tolist()
+                    colors = [id_color(t if t >= 0 and self.show_track_ids else 1000 + lab)
+                              for t, lab in zip(tracks, labels)]
+                    texts = [self._text(meta.label_names[lab], score, t) for lab, score, t in zip(labels, scores, tracks)]
+                    draw_detections(frame, dets.boxes_xyxy, dets.angles_rad, colors, texts, self.line_width,
+                                    self.font_scale)
+                self._draw_notes(frame, notes)
         except Exception as exc:  # the C boundary (R8)
             post_error(self, exc, "drawing failed")
             return Gst.FlowReturn.ERROR
         return Gst.FlowReturn.OK
+
+    def _vlm_notes(self, buf: Gst.Buffer, meta: FrameMeta | None) -> list[tuple[str, int, int]]:
+        """(text, x, y) of the answers to show: the stream's latest (top left) and each object's latest (under it)."""
+        from inferstream.meta.vlm import read_answers
+        from inferstream.vlm.latest import LatestAnswers
+
+        if self._answers is None:
+            self._answers = LatestAnswers()
+        latest = self._answers
+        fresh = read_answers(buf)
+        for a in fresh:
+            latest.update(a.text, a.track_id, bool(a.label) or a.track_id >= 0)
+        notes = [(latest.frame_text, 0, 0)] if latest.frame_text else []
+        if meta is None or len(meta.dets) == 0:
+            return notes
+        tracks = meta.dets.track_ids.tolist() if meta.dets.track_ids is not None else [-1] * len(meta.dets)
+        untracked = {a.od_id: a.text for a in fresh if a.track_id < 0 and a.od_id >= 0}
+        for od_id, track, (x1, _, _, y2) in zip(meta.od_ids, tracks, meta.dets.boxes_xyxy.int().tolist()):
+            text = latest.for_track(track) or untracked.get(od_id)
+            if text:
+                notes.append((text, x1, y2))
+        return notes
+
+    def _draw_notes(self, frame: RawFrame, notes: list[tuple[str, int, int]]) -> None:
+        from inferstream.ops.draw import draw_label
+
+        scale = self.font_scale
+        height = 9 * scale
+        for text, x, y in notes:
+            fit = max(1, frame.width // (6 * scale) - 1)
+            draw_label(frame, text[:fit], x, y + height, scale, (255, 255, 255), (0, 0, 0))
 
     def _text(self, label: str, score: float, track_id: int) -> str:
         if not self.show_labels:

@@ -30,13 +30,8 @@ from inferstream.gstnative import buffer_address, cdll  # noqa: E402
 PAYLOAD_META: Final = "inferstream-payload"
 
 
-class _GValue(ctypes.Structure):
-    _fields_ = [("g_type", ctypes.c_size_t), ("data", ctypes.c_uint64 * 2)]
-
-
-_PV = ctypes.POINTER(_GValue)
-_G_TYPE_STRING: Final = 16 << 2  # G_TYPE_MAKE_FUNDAMENTAL(16)
-_G_TYPE_UINT64: Final = 11 << 2
+# one GValue type for every module that binds these (shared) libraries: ctypes checks argtypes by identity
+from inferstream.meta._custom import _G_TYPE_STRING, _G_TYPE_UINT64, _PV, _GValue  # noqa: E402
 
 
 @dataclass(frozen=True, slots=True)
