@@ -130,15 +130,16 @@ def _say(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from inferstream.app.config import ConfigFileError
-    from inferstream.errors import InferstreamError
-
     try:
         return {"run": _run, "demo": _demo, "bench": _bench, "env": _env, "doctor": _doctor}[args.command](args)
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the CLI's one catch-all: one line instead of a traceback
+        # imported here: env and doctor must run where the dependencies (pydantic) are what is broken
+        from inferstream.app.config import ConfigFileError
+        from inferstream.errors import InferstreamError
+
         if args.debug:
             import traceback
 
