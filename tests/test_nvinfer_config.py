@@ -78,7 +78,7 @@ def test_ini_maps_onto_pyinfer_properties(tmp_path: Path) -> None:
                             "batch-size": 4, "interval": 2, "unique-id": 3, "confidence-threshold": 0.3,
                             "iou-threshold": 0.5, "max-detections": 100}
     assert s.class_conf == ((2, 0.6), (7, 1.0), (9, 1.0))
-    assert set(s.ignored) == {"model-engine-file", "network-mode=2", "parse-bbox-func-name", "custom-lib-path",
+    assert set(s.ignored) == {"gpu-id=0", "model-engine-file", "network-mode=2", "parse-bbox-func-name", "custom-lib-path",
                               "operate-on-gie-id", "[class-attrs-all] detected-min-w",
                               "[class-attrs-2] nms-iou-threshold"}
     assert s.notes == ()

@@ -21,7 +21,8 @@ levels, we ``(x / 255 - mean) / std``):
 - ``[class-attrs-all]`` ``pre-cluster-threshold``/``nms-iou-threshold``/``topk`` → ``confidence-threshold``/
   ``iou-threshold``/``max-detections``; ``[class-attrs-N]`` ``pre-cluster-threshold`` → a per-class threshold;
   ``filter-out-class-ids`` → threshold 1.0 for those classes (never kept).
-- ``cluster-mode=2`` (NMS), ``network-type=0`` (detector) and ``process-mode=1`` (primary) are what pyinfer does.
+- ``cluster-mode=2`` (NMS), ``network-type=0`` (detector) and ``process-mode=1`` (primary) are what pyinfer does;
+  ``gpu-id`` is listed as ignored (pyinfer's ``device`` picks the GPU).
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from typing import Any, Final
 from inferstream.errors import ConfigError
 
 # what pyinfer does anyway: these values are accepted silently; any other value of the key is ignored (listed)
-_NATIVE: Final = {"cluster-mode": "2", "network-type": "0", "process-mode": "1", "gpu-id": None}
-_LISTED_WITH_VALUE: Final = frozenset({*_NATIVE, "network-mode"})
+_NATIVE: Final = {"cluster-mode": "2", "network-type": "0", "process-mode": "1"}
+_LISTED_WITH_VALUE: Final = frozenset({*_NATIVE, "network-mode", "gpu-id"})  # gpu-id: pyinfer's device chooses
 _CLASS_ALL: Final = {"pre-cluster-threshold": "confidence-threshold", "nms-iou-threshold": "iou-threshold",
                      "topk": "max-detections"}
 
@@ -124,7 +125,7 @@ class _Mapper:
         self._simple(prop)
         excluded = self._classes(prop.pop("filter-out-class-ids", None))
         for key, value in prop.items():
-            if key in _NATIVE and _NATIVE[key] in (None, value):
+            if _NATIVE.get(key) == value:
                 continue
             self.ignored.append(f"{key}={value}" if key in _LISTED_WITH_VALUE else key)
         class_conf = self._class_attrs() + tuple((c, 1.0) for c in excluded)
