@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PLUGINS = Path(__file__).resolve().parents[1] / "plugins" / "python"
+PLUGINS = Path(__file__).resolve().parents[1] / "src" / "inferstream" / "gst_plugins" / "python"
 
 
 def _run(code: str) -> str:
@@ -14,6 +14,7 @@ def _run(code: str) -> str:
 
 def test_core_layers_do_not_import_gi() -> None:
     code = ("import inferstream.ops.letterbox, inferstream.ops.nms, inferstream.ops.draw, inferstream.models.registry,"
+            " inferstream.nvinfer_config, inferstream.gst_plugins,"
             " inferstream.tracking, inferstream.messaging.schema, inferstream.inference, inferstream.batching,"
             " inferstream.vlm.runner, inferstream.vlm.service, inferstream.vlm.backends, inferstream.vlm.latest,"
             " inferstream.messaging.vlm, sys;"

@@ -81,6 +81,8 @@ def test_load_config_accepts_a_good_config(tmp_path: Path) -> None:
     ("  model: blobs:color_blob_detector", "  model: missing/best.onnx", "cfg.yaml:8: infer.model: model file not "
      "found: missing/best.onnx"),
     ("  model: blobs:color_blob_detector", "  labels2: x", "cfg.yaml:7: infer.model: required key is missing"),
+    ("  model: blobs:color_blob_detector", "  config-file: missing/config_infer_primary.txt", "cfg.yaml:8: "
+     "infer.config-file: config-file 'missing/config_infer_primary.txt': No such file"),
     # checks that need GStreamer: ids, patterns, decoders, sinks
     ("  - file: clip.mp4", "  - id: cam1\n    file: clip.mp4", "cfg.yaml:5: sources[1].id: stream id 'cam1' is "
      "already used by sources[0]"),

@@ -40,6 +40,15 @@ def test_run_four_streams_counts_match_frames_in(clips: list[Path]) -> None:
     assert batch["mean-fill"] > 1.0  # ... and batched across streams
 
 
+def test_run_infer_config_file_stands_in_for_the_model(tmp_path: Path, person_onnx: Path) -> None:
+    nvinfer = tmp_path / "config_infer_primary.txt"
+    nvinfer.write_text(f"[property]\nonnx-file={person_onnx}\nmaintain-aspect-ratio=1\nsymmetric-padding=1\n"
+                       "[class-attrs-all]\npre-cluster-threshold=0.3\n")
+    result = run({"sources": [{"id": "bars", "test": "smpte", "num-buffers": 3, "width": 160, "height": 120}],
+                  "infer": {"config-file": str(nvinfer)}})
+    assert result.exit_code == 0 and not result.errors and result.frames == {"bars": 3}
+
+
 def test_run_test_sources_write_one_mp4_each(tmp_path: Path) -> None:
     cfg = {"sources": [{"id": "bars", "test": "smpte", "num-buffers": 9, "width": 160, "height": 120},
                        {"id": "ball", "test": "ball", "num-buffers": 5, "width": 160, "height": 120}],

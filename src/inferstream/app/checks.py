@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from inferstream.app import gstprops
 from inferstream.app.config import MODEL_SUFFIXES, KeyPath, Problem, Sink, Source
+from inferstream.errors import ConfigError
 
 # config section -> GStreamer element whose properties it holds
 SECTION_ELEMENTS: Final = {("tracker",): "pytracker", ("osd",): "pyosd", ("messages", "conv"): "pymsgconv",
@@ -70,11 +71,26 @@ def _infer_props(path: KeyPath, props: Any) -> list[Problem]:
         return [Problem(path, "expected a mapping of pyinfer properties (model, confidence-threshold, ...)")]
     problems = _props(path, "pyinfer", props)
     model = props.get("model")
-    if model is None:
-        problems.append(Problem((*path, "model"), "required key is missing (a model file or module:factory)"))
+    config_file = props.get("config-file")
+    if config_file is not None:
+        problems += _nvinfer_file((*path, "config-file"), str(config_file))
+    if model is None and config_file is None:
+        problems.append(Problem((*path, "model"), "required key is missing (a model file or module:factory, or an "
+                                "nvinfer config-file with onnx-file)"))
     elif isinstance(model, str) and _looks_like_file(model) and not Path(model).is_file():
         problems.append(Problem((*path, "model"), f"model file not found: {model}"))
     return problems
+
+
+def _nvinfer_file(path: KeyPath, config_file: str) -> list[Problem]:
+    """An nvinfer config file that cannot be read or used, as a problem now rather than at start."""
+    from inferstream.nvinfer_config import read_nvinfer_config
+
+    try:
+        read_nvinfer_config(config_file)
+    except ConfigError as exc:
+        return [Problem(path, str(exc))]
+    return []
 
 
 def _looks_like_file(model: str) -> bool:

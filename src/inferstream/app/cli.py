@@ -1,4 +1,4 @@
-"""The ``inferstream`` command: run | demo | bench.
+"""The ``inferstream`` command: run | demo | bench | env | doctor.
 
 Exit codes (also in README and ``--help``): 0 done; 1 a stream failed, or the run could not start; 2 invalid
 config or usage; 3 events lost (dropped by drop-policy or undelivered at stop); 70 internal error (a bug);
@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="where demo.mp4 and events.jsonl go (default: inferstream-demo)")
     live_options(demo)
 
+    sub.add_parser("env", help='print the exports that let GStreamer find our elements: eval "$(inferstream env)"')
+    doctor = sub.add_parser("doctor", help="check GStreamer, GstAnalytics, the python loader, our elements, torch's "
+                            "device and NVDEC; one line per problem says what to install")
+    debug_option(doctor)
     bench = sub.add_parser("bench", help="run the scripts in bench/ and print their tables")
     debug_option(bench)
     bench.add_argument("--dir", type=Path, help="folder of benchmark scripts (default: the repository's bench/)")
@@ -105,6 +109,19 @@ def _bench(args: argparse.Namespace) -> int:
     return bench(args.dir, args.out, args.only, extra)
 
 
+def _env(_args: argparse.Namespace) -> int:
+    from inferstream.app.doctor import env_lines
+
+    print("\n".join(env_lines()))
+    return 0
+
+
+def _doctor(_args: argparse.Namespace) -> int:
+    from inferstream.app.doctor import doctor
+
+    return doctor()
+
+
 def _say(text: str) -> None:
     from inferstream.messaging.brokers.base import redact_credentials
 
@@ -113,15 +130,16 @@ def _say(text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from inferstream.app.config import ConfigFileError
-    from inferstream.errors import InferstreamError
-
     try:
-        return {"run": _run, "demo": _demo, "bench": _bench}[args.command](args)
+        return {"run": _run, "demo": _demo, "bench": _bench, "env": _env, "doctor": _doctor}[args.command](args)
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the CLI's one catch-all: one line instead of a traceback
+        # imported here: env and doctor must run where the dependencies (pydantic) are what is broken
+        from inferstream.app.config import ConfigFileError
+        from inferstream.errors import InferstreamError
+
         if args.debug:
             import traceback
 

@@ -34,6 +34,7 @@ from inferstream.elements._caps import (  # noqa: E402
     with_nvmm_if_available,
     without_cuda_memory,
 )
+from inferstream.elements._config_file import ConfigFile  # noqa: E402
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.elements._stream import stream_info_event  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
@@ -178,6 +179,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     source_id = props.integer("Source id", "Number of this instance's stream (as DeepStream's source_id), sent "
                               "downstream with the stream-id; -1: its position in the batch-group", -1, -1,
                               2**31 - 1)
+    config_file = props.string("Config file", "nvinfer configuration file (INI .txt or YAML .yml): onnx-file, "
+                               "labelfile-path, net-scale-factor, offsets, model-color-format, maintain-aspect-ratio, "
+                               "class-attrs (per-class thresholds), ... fill the properties not set explicitly; one "
+                               "warning lists the keys ignored")
     unique_id = props.integer("Unique id", "Producer id recorded with each detection (as nvinfer's "
                               "gie-unique-id)", 1, 0, 2**31 - 1)
 
@@ -210,6 +215,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._cuda_index: int | None = None
         self._told_upload = False
         self._follower: tuple[Callable[[list[Any]], None], object] | None = None
+        self._nvinfer = ConfigFile(self)
+        self._class_conf: tuple[tuple[int, float], ...] = ()  # from config-file's [class-attrs-N]
         self.connect("notify::model", self._on_model_changed)
 
     def set_follower(self, run: Callable[[list[Any]], None] | None, follower: object = None) -> None:
@@ -284,7 +291,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         if not model:
             raise ConfigError("the model property is not set")
         params = DecodeParams(conf=self.confidence_threshold, iou=self.iou_threshold, max_det=self.max_detections,
-                              classes=_parse_classes(self.classes))
+                              classes=_parse_classes(self.classes), class_conf=self._class_conf)
         return InferConfig(model=model, family=self.model_family, labels=_labels(self.labels), params=params,
                            input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
@@ -309,6 +316,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.meta.gstanalytics import producer_quark
 
         try:
+            self._class_conf = self._nvinfer.apply(self.config_file)
             cfg = self._config(self.model)
             name = self.batch_group or f"{self.get_name()}@{id(self):x}"
             self._group = acquire_group(name, cfg, self.batch_size, self.max_latency / 1000.0)

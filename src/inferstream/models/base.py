@@ -24,6 +24,35 @@ class DecodeParams:
     max_det: int = 300
     classes: tuple[int, ...] | None = None  # keep only these class ids
     agnostic: bool = False  # NMS across classes
+    # (class id, threshold) pairs replacing ``conf`` for those classes (nvinfer's [class-attrs-N]
+    # pre-cluster-threshold); a threshold of 1.0 drops the class (scores are never strictly above 1)
+    class_conf: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def min_conf(self) -> float:
+        """The lowest threshold of any class: candidates below it can be dropped before anything else."""
+        return min([self.conf, *(t for _, t in self.class_conf)])
+
+
+def above_conf(scores: Tensor, labels: Tensor, params: DecodeParams) -> Tensor:
+    """Which detections score strictly above their class's threshold (``class_conf``, else ``conf``).
+
+    Args:
+        scores (Tensor[...]): float scores.
+        labels (Tensor[...]): integer class ids, same shape (a float class column is truncated).
+
+    Returns:
+        Tensor[...]: bool, same shape and device; no host sync.
+    """
+    if not params.class_conf:
+        return scores > params.conf
+    import torch
+
+    top = max(c for c, _ in params.class_conf) + 1  # classes above the listed ones use ``conf`` (the last slot)
+    table = torch.full((top + 1,), params.conf, dtype=scores.dtype, device=scores.device)
+    for class_id, threshold in params.class_conf:
+        table[class_id] = threshold
+    return scores > table[labels.long().clamp(0, top)]
 
 
 class Decoder(Protocol):

@@ -15,8 +15,8 @@ Layouts (``Q`` queries, ``C`` classes):
   ``(B, Q, 4 + nc)`` boxes and class scores (earlier exports: a query's score is its best class). Rows keep the
   model's order (ultralytics' ``RTDETRPredictor``).
 
-Both keep a detection when its score is strictly above ``params.conf`` and its class is listed in
-``params.classes`` (if set), at most ``params.max_det`` per image. Boxes come out in model-input pixels; these
+Both keep a detection when its score is strictly above ``params.conf`` (or its class's ``params.class_conf``)
+and its class is listed in ``params.classes`` (if set), at most ``params.max_det`` per image. Boxes come out in model-input pixels; these
 families stretch the frame over the whole input (``Preprocess.resize="stretch"``), so the runner's inverse maps
 them onto the frame exactly as the families' own ``target_sizes`` scaling does.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inferstream.errors import UnsupportedModelError
-from inferstream.models.base import IMAGENET, Family, Preprocess
+from inferstream.models.base import IMAGENET, Family, Preprocess, above_conf
 
 if TYPE_CHECKING:  # torch loads when a decoder runs: the family table is read at plugin scan
     from torch import Tensor
@@ -111,7 +111,7 @@ def _kept(scores: Tensor, labels: Tensor, params: DecodeParams) -> tuple[Tensor,
     """``(image, column)`` of the candidates kept: above conf, class listed, the first ``max_det`` of each image."""
     import torch
 
-    mask = scores > params.conf
+    mask = above_conf(scores, labels, params)
     if params.classes is not None:
         mask &= torch.isin(labels, torch.tensor(params.classes, dtype=labels.dtype, device=labels.device))
     mask &= torch.cumsum(mask, dim=1) <= params.max_det

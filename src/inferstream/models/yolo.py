@@ -11,7 +11,7 @@ Layouts (first output; boxes in model-input pixels):
   OBB ``export(nms=True)``. Only filtered.
 
 Semantics (``multi_label=False``): a candidate's score is its best class score and it is kept when that score is
-strictly above ``params.conf`` and, if ``params.classes`` is set, its class is listed; at most ``max_nms``
+strictly above ``params.conf`` (or its class's ``params.class_conf``) and, if ``params.classes`` is set, its class is listed; at most ``max_nms``
 candidates per image (highest scores) enter NMS; NMS is per class unless ``params.agnostic``; at most
 ``params.max_det`` detections per image, by descending score. End-to-end rows keep the model's order.
 Oriented results keep the unrotated box in ``boxes_xyxy`` and the angle, as emitted, in ``angles_rad``.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inferstream.errors import UnsupportedModelError
-from inferstream.models.base import Family
+from inferstream.models.base import Family, above_conf
 
 if TYPE_CHECKING:  # torch loads when a decoder runs: the family table is read at plugin scan
     from torch import Tensor
@@ -141,11 +141,11 @@ def _candidates(
     # the best class score of every anchor, then the class of the few above ``conf`` only: ``max(dim=1)`` with
     # indices over all anchors costs 12x ``amax`` on the CPU (0.65 vs 0.05 ms for one 80-class 640 image)
     conf = pred[:, 4 : 4 + nc].amax(dim=1)  # [B, A]
-    img, anchor = (conf > params.conf).nonzero(as_tuple=True)
+    img, anchor = (conf > params.min_conf).nonzero(as_tuple=True)
     scores = conf[img, anchor].float()
     labels = pred[img, 4 : 4 + nc, anchor].argmax(dim=1)  # [N, nc] -> the first best class, as max(dim=1) gives
-    if params.classes is not None:
-        keep = _in_classes(labels, params.classes)
+    if params.classes is not None or params.class_conf:
+        keep = _keep_classes(above_conf(scores, labels, params), labels, params)
         img, anchor, scores, labels = img[keep], anchor[keep], scores[keep], labels[keep]
     if pred.shape[2] > max_nms:  # only then can one image exceed the cap
         order = by_image_then_score(scores, img)
@@ -161,7 +161,7 @@ def _filter_rows(pred: Tensor, params: DecodeParams) -> tuple[Tensor, Tensor]:
     """``(image, row)`` of the end-to-end rows kept: score > conf, class listed, first ``max_det`` per image."""
     import torch
 
-    mask = _keep_classes(pred[..., 4] > params.conf, pred[..., 5], params)
+    mask = _keep_classes(above_conf(pred[..., 4], pred[..., 5], params), pred[..., 5], params)
     mask &= torch.cumsum(mask, dim=1) <= params.max_det
     img, row = mask.nonzero(as_tuple=True)
     return img, row
