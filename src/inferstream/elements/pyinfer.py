@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from inferstream.batching import BatchGroup, FollowUp
+    from inferstream.elements._secondary import Secondary
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from inferstream.models.base import DecodeParams
 
 FAMILIES = ("auto", *MODEL_FAMILIES)
+PROCESS_MODES = ("primary", "secondary")
 SWAP_MESSAGE = "inferstream/model-swapped"
 
 
@@ -96,6 +98,18 @@ def _labels(text: str) -> tuple[str, ...] | None:
         if "," not in text:
             raise ConfigError(f"labels {text[:60]!r}...: {exc.strerror or exc}") from None
         return tuple(n.strip() for n in text.split(","))
+
+
+def _parse_triple(name: str, text: str) -> tuple[float, float, float] | None:
+    if not text.strip():
+        return None
+    try:
+        values = tuple(float(v) for v in text.replace(";", ",").split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise ConfigError(f"{name} {text!r}: expected three numbers separated by commas, e.g. 0.485,0.456,0.406")
+    return values[0], values[1], values[2]
 
 
 def _parse_classes(text: str) -> tuple[int, ...] | None:
@@ -166,6 +180,28 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                               2**31 - 1)
     unique_id = props.integer("Unique id", "Producer id recorded with each detection (as nvinfer's "
                               "gie-unique-id)", 1, 0, 2**31 - 1)
+    process_mode = props.choice("Process mode", "primary infers whole frames; secondary (nvinfer's process-mode=2) "
+                                "classifies the objects upstream detectors wrote (a classifier model: one (B, nc) "
+                                "output), one ClsMtd per object related from its ODMtd", PROCESS_MODES, "primary")
+    operate_on_unique_id = props.integer("Operate on unique id", "Secondary: classify only the objects of the "
+                                         "producer with this unique-id (as nvinfer's operate-on-gie-id); -1: any",
+                                         -1, -1, 2**31 - 1)
+    operate_on_classes = props.string("Operate on classes", "Secondary: classify only objects with these labels "
+                                      "(comma-separated, e.g. person,car: GstAnalytics keeps the label, not the "
+                                      "class id); empty: all")
+    min_object_size = props.string("Min object size", "Secondary: skip objects smaller than WIDTHxHEIGHT (or N) "
+                                   "frame pixels (as nvinfer's input-object-min-width/height); empty: no minimum")
+    reinfer_interval = props.integer("Reinfer interval", "Secondary: classify a tracked object (TrackingMtd "
+                                     "present, e.g. from pytracker upstream) again only after this many frames, "
+                                     "re-attaching its last result in between (nvinfer's "
+                                     "secondary-reinfer-interval); 0: every frame", 0, 0, 2**31 - 1)
+    classifier_type = props.string("Classifier type", "Secondary: name of the attribute the label is filed under "
+                                   "in DeepStream payloads (nvinfer's classifier-type, e.g. color); empty: "
+                                   "classifier<unique-id>")
+    mean = props.string("Mean", "Per-channel RGB mean on the 0..1 scale, three values (e.g. 0.485,0.456,0.406); "
+                        "empty: the model family's")
+    std = props.string("Std", "Per-channel RGB standard deviation on the 0..1 scale, three values; empty: the "
+                       "model family's")
 
     @GObject.Property(type=str, nick="Statistics", flags=GObject.ParamFlags.READABLE,
                       blurb="Batching statistics of the batch-group as JSON: batches, frames, mean-fill, "
@@ -195,6 +231,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._cuda_index: int | None = None
         self._told_upload = False
         self._follower: tuple[Callable[[list[Any]], None], object] | None = None
+        self._secondary: Secondary | None = None
         self.connect("notify::model", self._on_model_changed)
 
     def set_follower(self, run: Callable[[list[Any]], None] | None, follower: object = None) -> None:
@@ -215,10 +252,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                          name=f"{self.get_name()}-swap", daemon=True).start()
 
     def _load_and_swap(self, generation: int, model: str) -> None:
-        from inferstream.inference import Detector
+        from inferstream.inference import load_runner
 
         try:
-            detector = Detector(self._config(model))
+            detector = load_runner(self._config(model))
             detector.warmup(self.batch_size)
         except Exception as exc:  # keep the old model running
             current = self._group.cfg.model if self._group else "?"
@@ -262,7 +299,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.models.base import DecodeParams
 
         for name, choices in (("model-family", FAMILIES), ("precision", PRECISIONS), ("backend", BACKEND_CHOICES),
-                              ("graph", GRAPH_MODES), ("preprocess", PREPROCESS_MODES)):
+                              ("graph", GRAPH_MODES), ("preprocess", PREPROCESS_MODES),
+                              ("process-mode", PROCESS_MODES)):
             if self.get_property(name) not in choices:
                 raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
         if not model:
@@ -273,7 +311,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                            input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
                            postprocess=self.postprocess or None, graph=self.graph,
-                           preprocess=self.preprocess)
+                           preprocess=self.preprocess, mean=_parse_triple("mean", self.mean),
+                           std=_parse_triple("std", self.std), objects=self.process_mode == "secondary")
 
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group
@@ -290,6 +329,15 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             return False
         self._params = cfg.params
         self._producer = producer_quark(self.unique_id)
+        self._secondary = None
+        if cfg.objects:
+            from inferstream.elements._secondary import Secondary
+
+            try:
+                self._secondary = Secondary.from_element(self)
+            except Exception as exc:
+                post_error(self, exc, "bad secondary settings")
+                return False
         analytics_loops()  # build or load the compiled metadata loops now, not while the first batch waits
         self._frame_index = 0
         self._ended = False
@@ -393,7 +441,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         if self._skip and index % (self._skip + 1):
             return Gst.FlowReturn.OK
         try:
-            self._group.infer(_InferJob(self, buf), self._params)
+            if self._secondary is not None:
+                self._secondary.run(self, buf, index)
+            else:
+                self._group.infer(_InferJob(self, buf), self._params)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
             post_error(self, exc, "inference failed")
             return Gst.FlowReturn.ERROR
