@@ -62,29 +62,33 @@ def _reference_probs(frames_boxes: list[tuple[np.ndarray, tuple[float, ...]]]) -
 
 
 def test_two_stage_classifies_every_selected_object_once_as_the_reference(vtest: Path, person_onnx: Path) -> None:
-    """Producer 1 (person) and 2 (the same detector relabelled 'walker') feed two secondaries: 3 operates on
-    producer 1 only, 4 on the label 'person' of any producer and objects at least 0x60 px."""
+    """Producer 1 (the person detector: Normal / Fall) and 2 (the same detector relabelled walker / faller) feed
+    two secondaries: 3 operates on producer 1 only, 4 on the label Normal of any producer, objects >= 0x85 px."""
     frames = 8
     desc = (_source(vtest) + f"! pyinfer model={person_onnx} unique-id=1 "
-            f"! pyinfer model={person_onnx} unique-id=2 labels=walker confidence-threshold=0.4 "
+            f"! pyinfer model={person_onnx} unique-id=2 labels=walker,faller confidence-threshold=0.4 "
             f"! pyinfer process-mode=secondary {CLASSIFIER} unique-id=3 operate-on-unique-id=1 batch-size=4 "
-            f"! pyinfer process-mode=secondary {CLASSIFIER} unique-id=4 operate-on-classes=person "
-            f"min-object-size=0x60 ! identity name=out eos-after={frames + 1} ! fakesink")
+            f"! pyinfer process-mode=secondary {CLASSIFIER} unique-id=4 operate-on-classes=Normal "
+            f"min-object-size=0x85 ! identity name=out eos-after={frames + 1} ! fakesink")
     result = run_pipeline(desc, {"out": _frame_and_objects}, timeout_s=300)
     assert not result.errors and len(result.seen["out"]) == frames
     objects = [(frame, obj) for frame, objs in result.seen["out"] for obj in objs]
     ours = [obj for _, obj in objects if obj[2] == 1]
     assert len(ours) >= 3 * frames and any(obj[2] == 2 for _, obj in objects)
+    by_size = {True: 0, False: 0}
     for _, (box, label, producer, _track, cls) in objects:
         by = defaultdict(list)
         for c in cls:
             by[c.producer].append(c)
         expected = {3} if producer == 1 else set()
-        if label == "person" and box[3] - box[1] >= 60:
-            expected.add(4)
+        if label == "Normal":
+            by_size[box[3] - box[1] >= 85] += 1
+            if box[3] - box[1] >= 85:
+                expected.add(4)
         assert set(by) == expected, (box, label, producer, cls)
         assert all(len(v) == 1 for v in by.values())  # exactly one ClsMtd per classifier and object
         assert all(c.kind == f"classifier{c.producer}" for c in cls)
+    assert by_size[True] and by_size[False]  # both sides of min-object-size were seen
     # parity of producer 3's results with the reference, on every crop
     ref = _reference_probs([(frame, obj[0]) for frame, obj in objects if obj[2] == 1])
     top2 = ref.topk(2, dim=1)
@@ -151,3 +155,19 @@ def test_secondary_bad_settings_are_one_clear_error_at_start(props: str, message
                           f"! pyinfer process-mode=secondary {props} ! fakesink", timeout_s=60)
     assert len(result.errors) == 1 and not result.eos
     assert re.search(message, result.errors[0]), result.errors[0]
+
+
+def test_classifications_reach_pymsgconv_payloads(vtest: Path, person_onnx: Path) -> None:
+    import json
+
+    from inferstream.meta.payload import read_payloads
+
+    desc = (_source(vtest) + f"! identity eos-after=4 ! pyinfer model={person_onnx} "
+            f"! pyinfer process-mode=secondary {CLASSIFIER} unique-id=5 classifier-type=kind "
+            "! pymsgconv name=conv schema=deepstream-full ! fakesink")
+    result = run_pipeline(desc, {"conv": read_payloads}, timeout_s=120)
+    assert not result.errors
+    docs = [json.loads(p) for metas in result.seen["conv"] for m in metas for p in m.payloads]
+    assert len(docs) >= 3
+    kinds = [v for doc in docs for v in doc["object"].values() if isinstance(v, dict) and "confidence" in v]
+    assert len(kinds) == len(docs) and all(k["kind"] in LABELS for k in kinds)  # the label's sub-object

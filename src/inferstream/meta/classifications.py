@@ -92,40 +92,42 @@ def write_classifications(buf: Gst.Buffer, od_ids: Sequence[int], labels: Sequen
 def read_classifications(buf: Gst.Buffer, od_ids: Sequence[int]) -> list[tuple[Classification, ...]]:
     """The classifications related RELATE_TO from each ODMtd (e.g. ``FrameMeta.od_ids``), in ClsMtd id order.
 
-    Producer records are not classifications; a ClsMtd no producer record contains has producer -1.
+    Producer records are not classifications; a ClsMtd that no producer record contains has producer -1. A buffer
+    without classifications costs one pass over its mtds.
     """
     api, lib = analytics(), _lib()
     rmeta = api.lib.gst_buffer_get_analytics_relation_meta(buffer_address(buf))
+    empty: list[tuple[Classification, ...]] = [() for _ in od_ids]
     if not rmeta or not od_ids:
-        return [() for _ in od_ids]
+        return empty
     cls = Mtd(0, rmeta)
     ref = ctypes.byref(cls)
-    producer_of: dict[int, tuple[int, str]] = {}
-    records: set[int] = set()
-    found: list[list[tuple[int, float, int]]] = []
-    for od_id in od_ids:
-        rows = []
-        for cls_id in list(_related(rmeta, od_id, REL_RELATE_TO, api.cls_type, Mtd())):
-            cls.id = cls_id
-            rows.append((cls_id, float(lib.gst_analytics_cls_mtd_get_level(ref, 0)),
-                         int(lib.gst_analytics_cls_mtd_get_quark(ref, 0))))
-        found.append(rows)
-    wanted = {cls_id for rows in found for cls_id, _, _ in rows}
+    records: dict[int, tuple[int, str]] = {}  # producer record id -> (unique id, classifier-type)
+    plain: set[int] = set()
     for i in range(lib.gst_analytics_relation_get_length(rmeta)):
         cls.id = i
         if lib.gst_analytics_mtd_get_mtd_type(ref) != api.cls_type:
             continue
         name = quark_name(lib.gst_analytics_cls_mtd_get_quark(ref, 0))
         if not name.startswith(PRODUCER_PREFIX):
+            plain.add(i)
             continue
-        records.add(i)
-        kind = ""
-        if lib.gst_analytics_cls_mtd_get_length(ref) > 1:
-            second = quark_name(lib.gst_analytics_cls_mtd_get_quark(ref, 1))
-            kind = second[len(TYPE_PREFIX):] if second.startswith(TYPE_PREFIX) else ""
-        uid = int(name[len(PRODUCER_PREFIX):])
-        for member in _related(rmeta, i, REL_CONTAIN, api.cls_type, Mtd()):
-            if member in wanted:
-                producer_of[member] = (uid, kind)
-    return [tuple(Classification(quark_name(q), level, *producer_of.get(cls_id, (-1, "")))
-                  for cls_id, level, q in rows if cls_id not in records) for rows in found]
+        second = quark_name(lib.gst_analytics_cls_mtd_get_quark(ref, 1)) \
+            if lib.gst_analytics_cls_mtd_get_length(ref) > 1 else ""
+        records[i] = (int(name[len(PRODUCER_PREFIX):]), second[len(TYPE_PREFIX):] if second.startswith(TYPE_PREFIX)
+                      else "")
+    if not plain:
+        return empty
+    producer_of = {member: who for rec, who in records.items()
+                   for member in _related(rmeta, rec, REL_CONTAIN, api.cls_type, Mtd())}
+    out = []
+    for od_id in od_ids:
+        found = []
+        for cls_id in list(_related(rmeta, od_id, REL_RELATE_TO, api.cls_type, Mtd())):
+            if cls_id in plain:
+                cls.id = cls_id
+                found.append(Classification(quark_name(lib.gst_analytics_cls_mtd_get_quark(ref, 0)),
+                                            float(lib.gst_analytics_cls_mtd_get_level(ref, 0)),
+                                            *producer_of.get(cls_id, (-1, ""))))
+        out.append(tuple(found))
+    return out
