@@ -48,10 +48,14 @@ class Secondary:
         plan = plan_objects(meta.dets, meta.label_names, meta.od_ids, meta.producers, self.filter, self.cache, frame)
         if plan is None:
             return
+        group, params = el._group, el._params
+        if group is None or params is None:
+            raise RuntimeError(f"{el.get_name()} is not started")
         if plan.todo:
-            el._group.infer(_ObjectJob(el, self, buf, plan, frame), el._params)
+            # the group's runner is an ObjectClassifier: its jobs map ObjectFrames, not bare RawFrames
+            group.infer(_ObjectJob(el, self, buf, plan, frame), params)  # type: ignore[arg-type]
         else:
-            self.write(el, buf, plan, None, el._group.detector, frame)
+            self.write(el, buf, plan, None, group.detector, frame)
 
     def write(self, el: PyInfer, buf: Gst.Buffer, plan: ObjectsPlan, classified: Detections | None,
               detector: Detector, frame: int) -> None:

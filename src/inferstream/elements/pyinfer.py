@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from inferstream.batching import BatchGroup, FollowUp
-    from inferstream.elements._secondary import Secondary
     from inferstream.detections import Detections
+    from inferstream.elements._secondary import Secondary
     from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
     from inferstream.inference import Detector, InferConfig

@@ -76,8 +76,8 @@ def crop_resize(images: Sequence[Tensor], boxes: Tensor, image_ids: Tensor, size
     else:  # pad to the largest: the taps never leave a box, so the padding is never read
         hm, wm = max(im.shape[0] for im in images), max(im.shape[1] for im in images)
         stack = images[0].new_zeros((len(images), hm, wm, 3))
-        for b, im in enumerate(images):
-            stack[b, :im.shape[0], :im.shape[1]] = im
+        for i, im in enumerate(images):
+            stack[i, :im.shape[0], :im.shape[1]] = im
     boxes, ids = boxes.to(device), image_ids.to(device)
     oh, ow = size_hw
     y0, y1, ly = _taps(boxes[:, 1], boxes[:, 3] - boxes[:, 1], oh)
