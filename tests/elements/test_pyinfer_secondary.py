@@ -171,3 +171,22 @@ def test_classifications_reach_pymsgconv_payloads(vtest: Path, person_onnx: Path
     assert len(docs) >= 3
     kinds = [v for doc in docs for v in doc["object"].values() if isinstance(v, dict) and "confidence" in v]
     assert len(kinds) == len(docs) and all(k["kind"] in LABELS for k in kinds)  # the label's sub-object
+
+
+def test_pyosd_draws_the_classification_after_the_detectors_label() -> None:
+    def pixels(buf: Gst.Buffer) -> np.ndarray:
+        ok, info = buf.map(Gst.MapFlags.READ)
+        assert ok
+        try:
+            return np.frombuffer(info.data, np.uint8).reshape(240, 320, 3).copy()
+        finally:
+            buf.unmap(info)
+
+    base = ("videotestsrc pattern=smpte num-buffers=1 ! video/x-raw,format=RGB,width=320,height=240 "
+            "! pyinfer model=blobs:color_blob_detector model-family=yolo-end2end labels=red,green,blue ")
+    tail = "! pyosd ! identity name=o ! fakesink"
+    plain = run_pipeline(base + tail, {"o": pixels})
+    classified = run_pipeline(base + f"! pyinfer process-mode=secondary {CLASSIFIER} " + tail, {"o": pixels})
+    assert not plain.errors and not classified.errors
+    changed = (plain.seen["o"][0] != classified.seen["o"][0]).any(-1)
+    assert changed.sum() > 20  # the extra label text; boxes are the same

@@ -2,7 +2,8 @@
 
 Conventions (DESIGN.md "Metadata contract"):
   * one ``ClsMtd`` per classified object: quark = the class label, level = its probability, related ``RELATE_TO``
-    from the object's ``ODMtd`` (what ``objectdetectionoverlay`` shows next to the box);
+    from the object's ``ODMtd`` (DESIGN.md's convention; ``pyosd`` draws it after the box's label, stock
+    ``objectdetectionoverlay`` 1.28 draws only the ODMtd's type);
   * the producer is recorded as for detections: one ``ClsMtd`` per producer and buffer, quark
     ``inferstream/producer/<id>``, related ``CONTAIN`` to each ClsMtd it produced. Its second entry, when
     present, is ``inferstream/classifier-type/<name>`` (nvinfer's ``classifier-type``): the attribute name the
