@@ -190,3 +190,12 @@ def test_pyosd_draws_the_classification_after_the_detectors_label() -> None:
     assert not plain.errors and not classified.errors
     changed = (plain.seen["o"][0] != classified.seen["o"][0]).any(-1)
     assert changed.sum() > 20  # the extra label text; boxes are the same
+
+
+def test_a_classifier_as_primary_labels_the_whole_frame() -> None:
+    result = run_pipeline("videotestsrc pattern=ball num-buffers=3 ! video/x-raw,format=RGB,width=200,height=150 "
+                          f"! pyinfer name=p {CLASSIFIER} confidence-threshold=0 ! fakesink",
+                          {"p": lambda buf: read_detections(buf)})
+    assert not result.errors and len(result.seen["p"]) == 3
+    for meta in result.seen["p"]:
+        assert meta.dets.boxes_xyxy.tolist() == [[0.0, 0.0, 200.0, 150.0]] and meta.label_names[0] in LABELS
