@@ -316,11 +316,17 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group
+        from inferstream.elements._secondary import Secondary
         from inferstream.meta._analytics_c import loops as analytics_loops
         from inferstream.meta.gstanalytics import producer_quark
 
-        try:
+        try:  # settings first: a bad one must not leave a loaded model behind (no do_stop after a failed start)
             cfg = self._config(self.model)
+            self._secondary = Secondary.from_element(self) if cfg.objects else None
+        except Exception as exc:
+            post_error(self, exc, "bad settings")
+            return False
+        try:
             name = self.batch_group or f"{self.get_name()}@{id(self):x}"
             self._group = acquire_group(name, cfg, self.batch_size, self.max_latency / 1000.0)
             self._source_id = self.source_id if self.source_id >= 0 else self._group.members - 1
@@ -329,15 +335,6 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             return False
         self._params = cfg.params
         self._producer = producer_quark(self.unique_id)
-        self._secondary = None
-        if cfg.objects:
-            from inferstream.elements._secondary import Secondary
-
-            try:
-                self._secondary = Secondary.from_element(self)
-            except Exception as exc:
-                post_error(self, exc, "bad secondary settings")
-                return False
         analytics_loops()  # build or load the compiled metadata loops now, not while the first batch waits
         self._frame_index = 0
         self._ended = False
