@@ -148,7 +148,6 @@ class ObjectClassifier(Detector):
         if "classes" not in getattr(self._family_spec(), "kinds", ()):
             raise ConfigError(f"secondary inference needs a classifier (one (B, nc) output); this model's outputs "
                               f"{self.output_shapes} are family {self.family!r}")
-        self.objects_classified = 0
 
     def infer(self, frames: Sequence[RawFrame | ObjectFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Per frame, its objects' top-1 class and probability (see the class docstring)."""
@@ -169,14 +168,13 @@ class ObjectClassifier(Detector):
             images = [to_rgb(it.frame, device) for it in items]
             boxes = torch.cat([pixel_boxes(it.boxes, it.frame.height, it.frame.width) for it in items])
             ids = torch.repeat_interleave(torch.arange(len(items)), torch.tensor(counts))
-            x = crop_resize(images, boxes, ids, self.input_size, self.backend.dtype)
+            x = crop_resize(images, boxes, ids, self.input_size)  # float32: fp16 would round the interpolation
             if spec.bgr:
                 x = x.flip(1)
             if spec.normalises:
                 normalise_(x, spec.mean, spec.std)
-            labels, probs = top1(self.backend(x)[0])
+            labels, probs = top1(self.backend(x.to(self.backend.dtype))[0])
             host = torch.stack([labels.double(), probs.double()]).cpu()
-        self.objects_classified += len(boxes)
         return [Detections.trusted(b, s, lab) for b, s, lab in zip(
             (it.boxes for it in items), host[1].float().split(counts), host[0].long().split(counts))]
 

@@ -71,7 +71,9 @@ def crop_resize(images: Sequence[Tensor], boxes: Tensor, image_ids: Tensor, size
     if boxes.ndim != 2 or boxes.shape[1] != 4 or image_ids.shape != (boxes.shape[0],):
         raise ValueError(f"boxes {tuple(boxes.shape)} / image_ids {tuple(image_ids.shape)}: expected [K, 4] and [K]")
     device = images[0].device
-    if len({tuple(im.shape) for im in images}) == 1:
+    if len(images) == 1:
+        stack = images[0][None]  # a view: no copy of the frame
+    elif len({tuple(im.shape) for im in images}) == 1:
         stack = torch.stack(list(images))
     else:  # pad to the largest: the taps never leave a box, so the padding is never read
         hm, wm = max(im.shape[0] for im in images), max(im.shape[1] for im in images)
