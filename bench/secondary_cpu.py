@@ -98,14 +98,14 @@ def main() -> None:
     two_stage, per_frame, stats = _run(two_stage_desc)
     raw = statistics.mean([raw_before, _raw_fps(batch, args.size, args.device, args.frames)])
     cost_ms = 1e3 * (1 / two_stage - 1 / detector)
-    lines = [f"{args.device}: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi, "
-             f"ResNet-18 at {args.size}x{args.size}, {per_frame:.2f} objects per frame",
+    lines = [(f"{args.device}: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi, "
+              f"ResNet-18 at {args.size}x{args.size}, {per_frame:.2f} objects per frame"),
              "", "| run | frames/s | ms per frame |", "|---|---|---|",
              f"| detector alone (pipeline) | {detector:.2f} | {1e3 / detector:.1f} |",
              f"| detector + secondary classifier (pipeline) | {two_stage:.2f} | {1e3 / two_stage:.1f} |",
              f"| classifier raw forward, batch {batch} (mean of before and after) | {raw:.2f} | {1e3 / raw:.1f} |",
-             f"| secondary's batch in the pipeline (map, crop, forward, metadata; its `stats`) | | "
-             f"{stats.get('mean-infer-ms', 0.0):.1f} |",
+             (f"| secondary's batch in the pipeline (map, crop, forward, metadata; its `stats`) | | "
+              f"{stats.get('mean-infer-ms', 0.0):.1f} |"),
              f"| difference of the two pipelines | | {cost_ms:.1f} |"]
     print("\n".join(lines))
 
