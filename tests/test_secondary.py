@@ -61,3 +61,18 @@ def test_plan_objects_merges_new_and_reused_results_in_row_order() -> None:
     classified = _dets([[0, 0, 10, 10]], [6])
     assert plan.results(classified) == ([11, 12], [6, 3], [pytest.approx(0.9), 0.7])
     assert plan_objects(dets, ("person", "car"), [11, 12, 13], [1, 1, 1], ObjectFilter(unique_id=2), cache, 1) is None
+
+
+def test_mean_and_std_override_the_familys_and_wrong_label_counts_name_the_shape() -> None:
+    from classifier_models import LABELS
+
+    from inferstream.inference import InferConfig
+    from inferstream.secondary import ObjectClassifier
+
+    cfg = InferConfig(model="classifier_models:resnet18_seeded", labels=LABELS, input_size=(32, 32), objects=True,
+                      mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    runner = ObjectClassifier(cfg)
+    assert (runner.preprocess.mean, runner.preprocess.std) == ((0.5,) * 3, (0.25,) * 3)
+    assert runner.preprocess.resize == "stretch" and runner.family == "classifier"
+    with pytest.raises(ConfigError, match=r"2 labels given but the classifier's output \(1, 8\) has 8 classes"):
+        ObjectClassifier(InferConfig(model="classifier_models:resnet18_seeded", labels=("a", "b"), objects=True))

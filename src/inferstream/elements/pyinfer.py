@@ -129,7 +129,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         "Runs a PyTorch / ONNX detector (YOLO v5u/v8/v11/26, end-to-end, OBB, RF-DETR, RT-DETR, D-FINE or your own "
         "post-processing) on each "
         "frame, batching frames across the instances of one batch-group, and attaches GstAnalytics "
-        "object-detection metadata. Buffers pass through unchanged.",
+        "object-detection metadata; or (process-mode=secondary) classifies the objects upstream detectors found. "
+        "Buffers pass through unchanged.",
         "inferstream",
     )
     __gsttemplates__ = video_templates(cuda_or_system_video_caps())
