@@ -314,12 +314,12 @@ def acquire_group(name: str, cfg: InferConfig, batch_size: int, max_latency_s: f
     Raises:
         ConfigError: when the group exists with another model configuration.
     """
-    from inferstream.inference import Detector
+    from inferstream.inference import load_runner
 
     with _GROUPS_LOCK:
         group = _GROUPS.get(name)
         if group is None:
-            detector = Detector(cfg)
+            detector = load_runner(cfg)
             detector.warmup(batch_size)
             group = _GROUPS[name] = BatchGroup(name, cfg, detector, batch_size, max_latency_s)
         elif not group.cfg.same_model(cfg):

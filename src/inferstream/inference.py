@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from inferstream.backends.base import Backend
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
-    from inferstream.models.base import Decoder
+    from inferstream.models.base import Decoder, Family
 
 DEFAULT_INPUT_SIZE = (640, 640)
 # preprocess mode -> preprocess_batch(exact=..., resize_first=...)
@@ -41,6 +41,7 @@ class InferConfig:
     graph: str = "auto"  # CUDA graphs of the torch backend: auto | off | cuda-graph (see backends.loader)
     preprocess: str = "auto"  # auto | exact | fast (see ops.letterbox.preprocess_batch)
     transform: PreprocessOverride = PreprocessOverride()  # the user's changes to the family's Preprocess
+    objects: bool = False  # secondary: classify object crops (inferstream.secondary) instead of whole frames
 
     def same_model(self, other: InferConfig) -> bool:
         """True when both would load and decode the same model (thresholds may differ)."""
@@ -99,6 +100,10 @@ class Detector:
         self.labels: tuple[str, ...] = info.names or cfg.labels or ()
         self._stream = _private_stream(self.backend.device)
         self.decoder: Decoder = self._make_decoder()
+        if "classes" in getattr(self._family_spec(), "kinds", ()) and self.labels \
+                and len(self.labels) != self.num_classes:
+            raise ConfigError(f"{len(self.labels)} labels given but the classifier's output {self.output_shapes[0]} "
+                              f"has {self.num_classes} classes")
         if not self.labels:
             self.labels = tuple(f"class{i}" for i in range(self.num_classes))
         elif len(self.labels) < self.num_classes:
@@ -117,10 +122,17 @@ class Detector:
             self.num_classes = len(self.cfg.labels or self.backend.info.names or ()) or 1
             return load_postprocess(self.cfg.postprocess)
         self.family = detect_family(shapes, self.backend.info) if self.cfg.family == "auto" else self.cfg.family
+        if self.cfg.family == "auto" and not (self.cfg.input_size or self.backend.info.input_size):
+            self.input_size = _family_size(self.family)  # the detected family's own default (classifiers: 224)
         decoder = make_decoder(self.family, shapes, self.backend.info, self.input_size)
         self.preprocess = self.cfg.transform.apply(FAMILIES[self.family].preprocess)
         self.num_classes = int(getattr(decoder, "num_classes", 0)) or len(self.backend.info.names or ()) or 1
         return decoder
+
+    def _family_spec(self) -> Family | None:
+        from inferstream.models.registry import FAMILIES
+
+        return FAMILIES.get(self.family)
 
     def _dummy_forward(self, batch: int) -> list[torch.Tensor]:
         import torch
@@ -186,6 +198,16 @@ class Detector:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def load_runner(cfg: InferConfig) -> Detector:
+    """The runner ``cfg`` asks for: a Detector on whole frames, or (``cfg.objects``) the secondary classifier on
+    the objects upstream elements detected (``secondary.ObjectClassifier``)."""
+    if cfg.objects:
+        from inferstream.secondary import ObjectClassifier
+
+        return ObjectClassifier(cfg)
+    return Detector(cfg)
 
 
 def _family_size(family: str) -> tuple[int, int]:

@@ -210,3 +210,32 @@ def test_validate_reports_the_failing_path(config: Any) -> None:
                   "objects": ["1|2|3|4|person"]}, "deepstream-minimal")
     with pytest.raises(ValueError, match="unknown payload schema"):
         validate({}, "kafka")  # type: ignore[arg-type]
+
+
+def _classified() -> FrameEvent:
+    return _event((ObjectEvent("car", 2, 0.8, (1.0, 2.0, 30.0, 40.0), None, 3,
+                               (("color", "red", 0.75), ("make", "bmw", 0.5))),
+                   ObjectEvent("person", 0, 0.9, (5.0, 5.0, 20.0, 60.0))))
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_classifications_validate_in_every_schema(schema: Any) -> None:
+    for payload in MsgConverter(schema, frame_interval=1).convert(_classified()):
+        validate(payload, schema)
+
+
+def test_classifications_go_where_nvmsgconv_files_classifier_attributes() -> None:
+    car, person = (json.loads(p) for p in MsgConverter("deepstream-full", frame_interval=1).convert(_classified()))
+    assert car["object"]["car"] == {"confidence": 0.8, "color": "red", "make": "bmw"}
+    assert person["object"]["person"] == {"confidence": 0.9}
+    (frame,) = MsgConverter("inferstream-frame", frame_interval=1).convert(_classified())
+    objects = json.loads(frame)["objects"]
+    assert objects[0]["classifications"] == [{"type": "color", "label": "red", "confidence": 0.75},
+                                             {"type": "make", "label": "bmw", "confidence": 0.5}]
+    assert "classifications" not in objects[1]
+
+
+def test_a_classifier_type_named_confidence_is_refused() -> None:
+    event = _event((ObjectEvent("car", 2, 0.8, (1.0, 2.0, 30.0, 40.0), attributes=(("confidence", "x", 1.0),)),))
+    with pytest.raises(ValueError, match="classifier-type 'confidence'"):
+        MsgConverter("deepstream-full", frame_interval=1).convert(event)

@@ -64,7 +64,7 @@ def test_detect_family_and_make_decoder_on_real_outputs(
     ("shapes", "info"),
     [([(1, 116, 8400), (1, 32, 160, 160)], ModelInfo(task="segment", names=COCO)),  # YOLO segment
      ([(1, 56, 8400)], ModelInfo(task="pose", names=("person",))),
-     ([(1, 1000)], ModelInfo(task="classify")),
+     ([(1, 1000)], ModelInfo(task="detect")),  # a classifier's shape, but the model says it detects
      ([(1, 90, 8400)], ModelInfo(names=COCO))],  # neither 84 nor 85 channels for 80 names
 )  # fmt: skip
 def test_detect_family_rejects_outputs_no_family_fits(shapes: list[tuple[int, ...]], info: ModelInfo) -> None:
@@ -90,7 +90,7 @@ def test_a_new_family_is_one_table_entry(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_make_decoder_rejects_an_unknown_family() -> None:
-    expected = r"model-family 'ssd': expected one of \['detr', 'rtdetr', 'yolo', 'yolo-end2end', 'yolo-obb', "
+    expected = r"model-family 'ssd': expected one of \['classifier', 'detr', 'rtdetr', 'yolo', 'yolo-end2end', 'yolo-obb', "
     with pytest.raises(ConfigError, match=expected):
         make_decoder("ssd", [(1, 300, 6)], ModelInfo())
 

@@ -48,12 +48,14 @@ if TYPE_CHECKING:
 
     from inferstream.batching import BatchGroup, FollowUp
     from inferstream.detections import Detections
+    from inferstream.elements._secondary import Secondary
     from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
     from inferstream.inference import Detector, InferConfig
     from inferstream.models.base import DecodeParams, PreprocessOverride
 
 FAMILIES = ("auto", *MODEL_FAMILIES)
+PROCESS_MODES = ("primary", "secondary")
 SWAP_MESSAGE = "inferstream/model-swapped"
 
 
@@ -119,7 +121,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         "Runs a PyTorch / ONNX detector (YOLO v5u/v8/v11/26, end-to-end, OBB, RF-DETR, RT-DETR, D-FINE or your own "
         "post-processing) on each "
         "frame, batching frames across the instances of one batch-group, and attaches GstAnalytics "
-        "object-detection metadata. Buffers pass through unchanged.",
+        "object-detection metadata; or (process-mode=secondary) classifies the objects upstream detectors found. "
+        "Buffers pass through unchanged.",
         "inferstream",
     )
     __gsttemplates__ = video_templates(with_nvmm_if_available(cuda_or_system_video_caps()))
@@ -185,6 +188,24 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                                "warning lists the keys ignored")
     unique_id = props.integer("Unique id", "Producer id recorded with each detection (as nvinfer's "
                               "gie-unique-id)", 1, 0, 2**31 - 1)
+    process_mode = props.choice("Process mode", "primary infers whole frames; secondary (nvinfer's process-mode=2) "
+                                "classifies the objects upstream detectors wrote (a classifier model: one (B, nc) "
+                                "output), one ClsMtd per object related from its ODMtd", PROCESS_MODES, "primary")
+    operate_on_unique_id = props.integer("Operate on unique id", "Secondary: classify only the objects of the "
+                                         "producer with this unique-id (as nvinfer's operate-on-gie-id); -1: any",
+                                         -1, -1, 2**31 - 1)
+    operate_on_classes = props.string("Operate on classes", "Secondary: classify only objects with these labels "
+                                      "(comma-separated, e.g. person,car: GstAnalytics keeps the label, not the "
+                                      "class id); empty: all")
+    min_object_size = props.string("Min object size", "Secondary: skip objects smaller than WIDTHxHEIGHT (or N) "
+                                   "frame pixels (as nvinfer's input-object-min-width/height); empty: no minimum")
+    reinfer_interval = props.integer("Reinfer interval", "Secondary: classify a tracked object (TrackingMtd "
+                                     "present, e.g. from pytracker upstream) again only after this many frames, "
+                                     "re-attaching its last result in between (nvinfer's "
+                                     "secondary-reinfer-interval); 0: every frame", 0, 0, 2**31 - 1)
+    classifier_type = props.string("Classifier type", "Secondary: name of the attribute the label is filed under "
+                                   "in DeepStream payloads (nvinfer's classifier-type, e.g. color); empty: "
+                                   "classifier<unique-id>")
 
     @GObject.Property(type=str, nick="Statistics", flags=GObject.ParamFlags.READABLE,
                       blurb="Batching statistics of the batch-group as JSON: batches, frames, mean-fill, "
@@ -217,6 +238,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._follower: tuple[Callable[[list[Any]], None], object] | None = None
         self._nvinfer = ConfigFile(self)
         self._class_conf: tuple[tuple[int, float], ...] = ()  # from config-file's [class-attrs-N]
+        self._secondary: Secondary | None = None
         self.connect("notify::model", self._on_model_changed)
 
     def set_follower(self, run: Callable[[list[Any]], None] | None, follower: object = None) -> None:
@@ -237,10 +259,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                          name=f"{self.get_name()}-swap", daemon=True).start()
 
     def _load_and_swap(self, generation: int, model: str) -> None:
-        from inferstream.inference import Detector
+        from inferstream.inference import load_runner
 
         try:
-            detector = Detector(self._config(model))
+            detector = load_runner(self._config(model))
             detector.warmup(self.batch_size)
         except Exception as exc:  # keep the old model running
             current = self._group.cfg.model if self._group else "?"
@@ -285,7 +307,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
         for name, choices in (("model-family", FAMILIES), ("precision", PRECISIONS), ("backend", BACKEND_CHOICES),
                               ("graph", GRAPH_MODES), ("preprocess", PREPROCESS_MODES),
-                              ("resize", ("auto", "letterbox", "stretch")), ("channel-order", ("auto", "rgb", "bgr"))):
+                              ("resize", ("auto", "letterbox", "stretch")), ("channel-order", ("auto", "rgb", "bgr")),
+                              ("process-mode", PROCESS_MODES)):
             if self.get_property(name) not in choices:
                 raise ConfigError(f"{name}={self.get_property(name)!r}: expected one of {list(choices)}")
         if not model:
@@ -296,7 +319,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                            input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
                            postprocess=self.postprocess or None, graph=self.graph,
-                           preprocess=self.preprocess, transform=self._transform())
+                           preprocess=self.preprocess, transform=self._transform(),
+                           objects=self.process_mode == "secondary")
 
     def _transform(self) -> PreprocessOverride:
         from inferstream.inference import parse_channel_values
@@ -312,12 +336,18 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group
+        from inferstream.elements._secondary import Secondary
         from inferstream.meta._analytics_c import loops as analytics_loops
         from inferstream.meta.gstanalytics import producer_quark
 
-        try:
+        try:  # settings first: a bad one must not leave a loaded model behind (no do_stop after a failed start)
             self._class_conf = self._nvinfer.apply(self.config_file)
             cfg = self._config(self.model)
+            self._secondary = Secondary.from_element(self) if cfg.objects else None
+        except Exception as exc:
+            post_error(self, exc, "bad settings")
+            return False
+        try:
             name = self.batch_group or f"{self.get_name()}@{id(self):x}"
             self._group = acquire_group(name, cfg, self.batch_size, self.max_latency / 1000.0)
             self._source_id = self.source_id if self.source_id >= 0 else self._group.members - 1
@@ -446,7 +476,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
                 infer_nvmm_batch(buf, lambda frames: self._group.infer_batch(frames, self._params), self.unique_id)
                 return Gst.FlowReturn.OK
-            self._group.infer(_InferJob(self, buf), self._params)
+            if self._secondary is not None:
+                self._secondary.run(self, buf, index)
+            else:
+                self._group.infer(_InferJob(self, buf), self._params)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
             post_error(self, exc, "inference failed")
             return Gst.FlowReturn.ERROR

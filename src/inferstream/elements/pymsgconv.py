@@ -186,6 +186,7 @@ class PyMsgConv(GstBase.BaseTransform):  # type: ignore[misc]
 
     def _event(self, buf: Gst.Buffer, frame: int) -> FrameEvent:
         from inferstream.messaging.events import FrameEvent
+        from inferstream.meta.classifications import read_classifications
         from inferstream.meta.gstanalytics import read_detections
 
         stream_id, source_id = self._stream_identity()
@@ -195,8 +196,11 @@ class PyMsgConv(GstBase.BaseTransform):  # type: ignore[misc]
         ntp = self._wall_clock_ns(buf)
         if meta is None:
             return FrameEvent(stream_id, source_id, frame, pts, ntp, width, height)
+        attributes = [[(c.kind or f"classifier{c.producer}", c.label, min(max(c.confidence, 0.0), 1.0)) for c in row]
+                      for row in read_classifications(buf, meta.od_ids)]
         return FrameEvent.from_detections(meta.dets, meta.label_names, stream_id=stream_id, source_id=source_id,
-                                          frame_number=frame, pts_ns=pts, ntp_ns=ntp, width=width, height=height)
+                                          frame_number=frame, pts_ns=pts, ntp_ns=ntp, width=width, height=height,
+                                          attributes=attributes)
 
     def _stream_identity(self) -> tuple[str, int]:
         if self._identity is None:

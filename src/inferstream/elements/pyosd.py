@@ -56,6 +56,7 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
         from inferstream.frames.system import mapped_frame
+        from inferstream.meta.classifications import read_classifications
         from inferstream.meta.gstanalytics import read_detections
         from inferstream.ops.draw import draw_detections, id_color
 
@@ -72,6 +73,9 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
                     colors = [id_color(t if t >= 0 and self.show_track_ids else 1000 + lab)
                               for t, lab in zip(tracks, labels)]
                     texts = [self._text(meta.label_names[lab], score, t) for lab, score, t in zip(labels, scores, tracks)]
+                    if self.show_labels:  # secondary classifiers' labels after the detector's
+                        texts = [" ".join([text, *(c.label for c in cls)])
+                                 for text, cls in zip(texts, read_classifications(buf, meta.od_ids))]
                     draw_detections(frame, dets.boxes_xyxy, dets.angles_rad, colors, texts, self.line_width,
                                     self.font_scale)
                 self._draw_notes(frame, notes)

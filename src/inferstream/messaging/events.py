@@ -26,6 +26,8 @@ class ObjectEvent:
             the unrotated box, the rotation is ``angle_rad``.
         angle_rad: clockwise rotation of an oriented box in radians, ``None`` for axis-aligned boxes.
         track_id: tracker id, ``None`` when the object is not tracked.
+        attributes: secondary classifications ``(classifier_type, label, confidence)``, e.g.
+            ``("color", "red", 0.9)``.
     """
 
     label: str
@@ -34,6 +36,7 @@ class ObjectEvent:
     bbox: tuple[float, float, float, float]
     angle_rad: float | None = None
     track_id: int | None = None
+    attributes: tuple[tuple[str, str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.bbox) != 4:
@@ -50,6 +53,7 @@ class ObjectEvent:
             object.__setattr__(self, "angle_rad", float(self.angle_rad))
         if self.track_id is not None:
             object.__setattr__(self, "track_id", int(self.track_id))
+        object.__setattr__(self, "attributes", tuple((str(k), str(v), float(c)) for k, v, c in self.attributes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,7 @@ class FrameEvent:
         ntp_ns: int | None,
         width: int,
         height: int,
+        attributes: Sequence[Sequence[tuple[str, str, float]]] | None = None,
     ) -> FrameEvent:
         """Build the event from a :class:`~inferstream.detections.Detections` (one host copy per field, R12).
 
@@ -104,6 +109,7 @@ class FrameEvent:
             dets: the frame's detections (any device); ``track_ids`` of -1 mean untracked.
             labels: the model's label list, indexed by ``dets.labels``.
             stream_id, source_id, frame_number, pts_ns, ntp_ns, width, height: see the class attributes.
+            attributes: per row, its classifications (``ObjectEvent.attributes``); None: none.
 
         Returns:
             FrameEvent with one ObjectEvent per row of ``dets``, in row order.
@@ -116,10 +122,13 @@ class FrameEvent:
         class_ids = dets.labels.tolist()
         angles = dets.angles_rad.tolist() if dets.angles_rad is not None else [None] * len(boxes)
         tracks = dets.track_ids.tolist() if dets.track_ids is not None else [-1] * len(boxes)
+        extra = attributes if attributes is not None else [()] * len(boxes)
+        if len(extra) != len(boxes):
+            raise ValueError(f"attributes: expected one entry per detection ({len(boxes)}), got {len(extra)}")
         objects = []
-        for box, score, cid, angle, tid in zip(boxes, scores, class_ids, angles, tracks):
+        for box, score, cid, angle, tid, attrs in zip(boxes, scores, class_ids, angles, tracks, extra):
             if not 0 <= cid < len(labels):
                 raise ValueError(f"class index {cid} outside the label list of {len(labels)} labels")
             objects.append(ObjectEvent(labels[cid], cid, min(max(score, 0.0), 1.0), tuple(box), angle,
-                                       None if tid < 0 else tid))
+                                       None if tid < 0 else tid, tuple(attrs)))
         return cls(stream_id, source_id, frame_number, pts_ns, ntp_ns, width, height, tuple(objects))

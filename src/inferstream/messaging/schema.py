@@ -18,6 +18,9 @@ metadata directly (``msg2p-newapi=1``): ``sources/libs/nvmsgconv/deepstream_sche
 Deliberate differences, all additive: ``object.orientation`` carries the oriented-box angle in degrees when the
 model gives one (nvmsgconv always writes 0); a source without a ``sensorN``/``placeN``/``analyticsN`` group gets a
 default description (sensor id = the stream id) where nvmsgconv would log "No entry for ..." and emit ``null``.
+Secondary classifications go where nvmsgconv files classifier attributes, in the object-type sub-object as
+``"<classifier-type>": "<label>"`` (full schema; the minimal one has no place for them); the compact schemas list
+them as ``classifications`` (``type``, ``label``, ``confidence``) on objects that have any.
 JSON is written compact (nvmsgconv pretty-prints); parsers see no difference.
 
 Config file (nvmsgconv's ``msgconv_config.yml`` / ``.txt``): groups ``sensorN``, ``placeN``, ``analyticsN`` where
@@ -220,6 +223,11 @@ def deepstream_full(event: FrameEvent, obj: ObjectEvent, config: MsgConvConfig, 
         raise ValueError(f"label {obj.label!r} collides with a DeepStream object field; rename the class")
     sensor, place, module = config.sensor(event), config.place(event), config.module(event)
     x1, y1, x2, y2 = obj.bbox
+    kind: dict[str, Any] = {"confidence": obj.confidence}
+    for name, label, _ in obj.attributes:  # where nvmsgconv files classifier results: vehicle "color": "red"
+        if name in kind:
+            raise ValueError(f"classifier-type {name!r} appears twice (or is 'confidence') on one object")
+        kind[name] = label
     return {
         "messageid": str(uuid.uuid4()),
         "mdsversion": "1.0",
@@ -233,7 +241,7 @@ def deepstream_full(event: FrameEvent, obj: ObjectEvent, config: MsgConvConfig, 
                             "version": module.version},
         "object": {"id": str(_object_id(obj)), "speed": 0.0, "direction": 0.0,
                    "orientation": 0.0 if obj.angle_rad is None else math.degrees(obj.angle_rad),
-                   obj.label: {"confidence": obj.confidence},
+                   obj.label: kind,
                    "bbox": {"topleftx": int(x1), "toplefty": int(y1), "bottomrightx": int(x2), "bottomrighty": int(y2)},
                    "location": {}, "coordinate": {}},
         "event": {"id": str(uuid.uuid4()), "type": ""},
@@ -255,8 +263,11 @@ def deepstream_minimal(event: FrameEvent, config: MsgConvConfig, timestamp: str)
 
 
 def _compact_object(obj: ObjectEvent) -> dict[str, Any]:
-    return {"label": obj.label, "class_id": obj.class_id, "confidence": round(obj.confidence, 4),
-            "bbox": [round(v, 2) for v in obj.bbox], "angle_rad": obj.angle_rad, "track_id": obj.track_id}
+    out = {"label": obj.label, "class_id": obj.class_id, "confidence": round(obj.confidence, 4),
+           "bbox": [round(v, 2) for v in obj.bbox], "angle_rad": obj.angle_rad, "track_id": obj.track_id}
+    if obj.attributes:
+        out["classifications"] = [{"type": k, "label": v, "confidence": round(c, 4)} for k, v, c in obj.attributes]
+    return out
 
 
 def _compact_header(event: FrameEvent, timestamp: str, schema: str) -> dict[str, Any]:
