@@ -50,6 +50,8 @@ class Settings:
     recover_sigmas: float
     recover_iou: float
     motion_gate: float
+    gate_grace_ns: int
+    grace_iou: float
     max_lost_ns: int
     coast_ns: int
     min_hits: int
@@ -83,7 +85,7 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     # what the filter measures, (cx, cy, w, h) rows [4, N]
     z = xyxy_to_cxcywh(boxes if angles is None else envelope_xyxy(boxes, angles)).T.copy()
     pairs = StreamPairs(np.bincount(b.stream, minlength=len(streams)), d_counts)
-    track_of_det, det_of_track, new = _associate(cfg, kf, b.table, pairs, z, scores, labels)
+    track_of_det, det_of_track, new = _associate(cfg, kf, b.table, b.pts, pairs, z, scores, labels)
     b.table = _correct(kf, b.table, det_of_track, z, boxes, scores, labels, angles, b.pts)
     dropped = b.table.lost & (b.table.ids < 0)  # a tentative track that misses a frame is dropped
     if np.count_nonzero(dropped):
@@ -259,9 +261,10 @@ def _put(values: _Array, at: IntArray, new: npt.NDArray[Any]) -> _Array:
     return out
 
 
-def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: StreamPairs, z: FloatArray,
-               scores: FloatArray, labels: IntArray) -> tuple[IntArray, IntArray, IntArray]:
-    """The ByteTrack stages on measured (envelope) boxes ``z``, (cx, cy, w, h) rows [4, N], within each stream.
+def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, now: IntArray, pairs: StreamPairs,
+               z: FloatArray, scores: FloatArray, labels: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """The ByteTrack stages on measured (envelope) boxes ``z``, (cx, cy, w, h) rows [4, N], within each stream;
+    ``now`` [T] is each track's frame time.
 
     Returns:
         track index per detection [N] and detection index per track [T], -1 where unmatched; the detections
@@ -277,8 +280,13 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: 
     edges = np.ascontiguousarray(cxcywh_to_xyxy(np.concatenate([t.states[POS], z], axis=1).T).T)
     iou = pairs.pairwise(iou_pairs, edges[:, :n], edges[:, n:])
     nz = iou.nonzero()[0]  # only overlapping pairs need the gate: the others have IoU 0 anyway
-    allowed = _allowed(cfg, kf, t, z, labels, *pairs.locate(nz))
+    tr, de = pairs.locate(nz)
+    allowed = _allowed(cfg, kf, t, z, labels, tr, de)
+    ungated = None  # the IoU without the motion gate, where the gate removed a pair
     if np.count_nonzero(allowed) < len(allowed):
+        ungated = iou.copy()
+        if cfg.per_class:
+            ungated[nz] *= t.labels.take(tr) == labels.take(de)
         iou[nz] *= allowed
 
     def match(sim: FloatArray, row_ok: BoolArray, col_ok: BoolArray, min_sim: float) -> int:
@@ -304,6 +312,10 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: 
         reach = np.zeros(len(pairs))
         reach[sub] = slack_iou_pairs(t.states[POS].take(tr, axis=1), slack, z.take(de, axis=1)) * gate
         free_high -= match(reach, rows_ok, cols_ok, cfg.recover_iou)
+    if cfg.gate_grace_ns and ungated is not None and free_high:  # a recently seen track may overrule its gate
+        rows_ok = confirmed & (det_of_track < 0) & (t.last_seen_ns >= now - cfg.gate_grace_ns)
+        if np.count_nonzero(rows_ok):
+            free_high -= match(ungated, rows_ok, high & (track_of_det < 0), cfg.grace_iou)
     if free_high and n_confirmed < n:
         free_high -= match(iou, ~confirmed, high & (track_of_det < 0), cfg.tentative_match_iou)
     starters = _starters(cfg, scores, high, track_of_det) if free_high else np.zeros(0, dtype=np.int64)
