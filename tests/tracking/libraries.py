@@ -4,7 +4,7 @@ Each runner feeds a whole scene to a fresh tracker and returns, per frame, what 
 for ours: the frame's detections that the tracker gave an id, with those ids (norfair: the objects it matched to
 a detection of this frame, at that detection's box). Same detections, same kind of output, same scoring.
 Libraries: norfair (``pip install --no-deps norfair==2.3.0``: its metadata pins numpy < 2) and Roboflow's
-``trackers`` (the ``bench`` extra); ``./setup`` installs both.
+``trackers`` (the ``dev`` extra); ``./setup`` installs both.
 """
 from __future__ import annotations
 

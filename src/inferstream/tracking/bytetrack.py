@@ -143,7 +143,8 @@ class ByteTrack:
         """Associate one frame's detections with the tracks.
 
         Args:
-            dets: this frame's detections, any device; rows below ``low_score`` are ignored.
+            dets: this frame's detections, any device; rows below ``low_score`` are ignored, and so are malformed
+                rows (NaN or infinite values, a width or height <= 0), counted in ``TrackResult.malformed``.
             pts_ns: the frame's pts in nanoseconds; must not be earlier than the previous call's.
 
         Returns:

@@ -12,6 +12,7 @@ fails changes no tracker. ``ByteTrack`` (``bytetrack.py``) holds a stream's stat
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     d_counts = np.array([len(d) for d in dets], dtype=np.int64)
     boxes, scores, labels, angles = _host_arrays(dets)
     d_stream = np.arange(len(streams)).repeat(d_counts) if len(streams) > 1 else np.zeros(len(dets[0]), np.int64)
+    malformed = _neutralise_malformed(boxes, scores, angles)
     # what the filter measures, (cx, cy, w, h) rows [4, N]
     z = xyxy_to_cxcywh(boxes if angles is None else envelope_xyxy(boxes, angles)).T.copy()
     pairs = StreamPairs(np.bincount(b.stream, minlength=len(streams)), d_counts)
@@ -104,6 +106,9 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     starts = np.concatenate([[0], d_counts.cumsum()]).tolist() if len(dets) > 1 else [0, len(ids)]
     outs = [d.with_track_ids(ids_t[a:b] if len(dets) > 1 else ids_t) for d, a, b in zip(dets, starts, starts[1:])]
     results = _results(cfg, b, b.table.states[POS], det_of_track, d_stream, outs, ended, device, oriented)
+    if malformed is not None:
+        counts = np.bincount(d_stream[malformed], minlength=len(streams)).tolist()
+        results = [dataclasses.replace(r, malformed=n) if n else r for r, n in zip(results, counts)]
     new_states = [StreamState(table, p, p, n, device, oriented)
                   for table, p, n in zip(b.split(len(streams)), pts_ns, next_ids)]
     return new_states, results
@@ -152,6 +157,21 @@ def _host_arrays(dets: list[Detections]) -> tuple[FloatArray, FloatArray, IntArr
     angles = None if angles_rad is None else angles_rad.numpy(force=True).astype(np.float64)
     return (boxes.numpy(force=True).astype(np.float64), scores.numpy(force=True).astype(np.float64),
             labels.numpy(force=True), angles)
+
+
+def _neutralise_malformed(boxes: FloatArray, scores: FloatArray, angles: FloatArray | None) -> BoolArray | None:
+    """The rows no stage may take: a NaN or infinite coordinate, score or angle, or a width or height <= 0 (None
+    when there is none, the usual case, found in a few calls). Their boxes become zeros and their scores -inf, in
+    place, so they match no track, start none, and no NaN reaches a filter state."""
+    wh = boxes[:, 2:] - boxes[:, :2]
+    if np.isfinite(wh.sum() + scores.sum() + (0.0 if angles is None else angles.sum())) and (wh > 0).all():
+        return None
+    bad: BoolArray = ~(np.isfinite(boxes).all(axis=1) & (wh > 0).all(axis=1) & np.isfinite(scores))
+    if angles is not None:
+        bad |= ~np.isfinite(angles)
+        angles[bad] = 0.0
+    boxes[bad], scores[bad] = 0.0, -np.inf
+    return bad
 
 
 class _Tracks:
