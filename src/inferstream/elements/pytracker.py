@@ -146,8 +146,8 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         pts = buffer_pts(buf)
         if pts == _CLOCK_TIME_NONE:
             pts = self._last_pts + _DEFAULT_FRAME_NS
-        elif pts < self._last_pts:  # the stream jumped back without a flush (a loop, a restart): motion is void
-            self._tracker.reset()
+        elif pts < self._last_pts and self._tracker is not None:  # the stream jumped back without a flush (a loop,
+            self._tracker.reset()  # a restart): the tracks' motion means nothing there
             self._warn_once("pts", ValueError(f"pts went back from {self._last_pts} to {pts} ns"),
                             "the stream's time went backwards, tracks reset")
         self._last_pts = pts
