@@ -86,6 +86,16 @@ class BounceConfig:
     fp_score_range: tuple[float, float] = (0.15, 0.4)
 
 
+BOUNCE_SUITE: dict[str, BounceConfig] = {  # issue 15's scene, then harder variants of it
+    "issue": BounceConfig(),
+    "small boxes": BounceConfig(size_range=(16.0, 40.0)),
+    "crowd": BounceConfig(n_objects=14, size_range=(24.0, 70.0)),
+    "fast": BounceConfig(speed_range=(3.0, 7.0), size_range=(20.0, 60.0)),
+    "10 fps": BounceConfig(fps=10.0, n_frames=120, speed_range=(4.5, 12.0)),
+    "small frame": BounceConfig(width=400, height=300, size_range=(24.0, 60.0)),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Scene:
     config: SceneConfig | BounceConfig

@@ -136,6 +136,7 @@ def test_bytetrack_keeps_input_order_and_rows() -> None:
     check_rows(res)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, on the NaNs
 @pytest.mark.parametrize("oriented", [False, True])
 def test_bytetrack_ignores_malformed_rows(oriented: bool) -> None:
     nan, inf = float("nan"), float("inf")

@@ -19,50 +19,21 @@ from __future__ import annotations
 
 import functools
 import statistics
-import warnings
 
 import pytest
 
-from inferstream.tracking import ByteTrack
+from .libraries import COASTING, ON_DETECTIONS, score_all
+from .scenes import BOUNCE_SUITE, make_bounce_scene
+from .scoring import Scores
 
-from .libraries import Runner, norfair_iou, roboflow
-from .scenes import BounceConfig, make_bounce_scene
-from .scoring import Scores, run_tracker, score
-
-SUITE = {  # the issue's scene, then harder variants of it
-    "issue": BounceConfig(),
-    "small boxes": BounceConfig(size_range=(16.0, 40.0)),
-    "crowd": BounceConfig(n_objects=14, size_range=(24.0, 70.0)),
-    "fast": BounceConfig(speed_range=(3.0, 7.0), size_range=(20.0, 60.0)),
-    "10 fps": BounceConfig(fps=10.0, n_frames=120, speed_range=(4.5, 12.0)),
-    "small frame": BounceConfig(width=400, height=300, size_range=(24.0, 60.0)),
-}
 SEEDS = (0, 1, 2)
-SCENES = [(name, seed) for name in SUITE for seed in SEEDS]
-
-# Libraries at the settings bench/tracking_compare.py's grid search picked for them (OC-SORT: its defaults);
-# each runner returns the ids it gave the frame's detections, norfair's "estimates" its Kalman boxes.
-ON_DETECTIONS: dict[str, Runner] = {
-    "trackers ByteTrack": roboflow("ByteTrackTracker", track_activation_threshold=0.6, high_conf_det_threshold=0.6,
-                                   minimum_iou_threshold=0.1, lost_track_buffer=60),
-    "trackers SORT": roboflow("SORTTracker", track_activation_threshold=0.3, minimum_iou_threshold=0.3,
-                              lost_track_buffer=60),
-    "trackers OC-SORT": roboflow("OCSORTTracker"),
-    "norfair (matched)": norfair_iou(),
-}
-COASTING: dict[str, Runner] = {"norfair (estimates)": norfair_iou(estimates=True)}
+SCENES = [(name, seed) for name in BOUNCE_SUITE for seed in SEEDS]
 
 
 @functools.cache
 def _scores(name: str, seed: int) -> dict[str, Scores]:
     """Every tracker's scores on one scene ("pytracker" and "pytracker + coasting" for ours)."""
-    scene = make_bounce_scene(seed, SUITE[name])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the libraries' deprecation notices
-        out = {lib: score(scene, run(scene)) for lib, run in {**ON_DETECTIONS, **COASTING}.items()}
-    out["pytracker"] = score(scene, run_tracker(scene, ByteTrack()))
-    out["pytracker + coasting"] = score(scene, run_tracker(scene, ByteTrack(), with_predicted=True))
-    return out
+    return score_all(make_bounce_scene(seed, BOUNCE_SUITE[name]))
 
 
 def _check(scores: dict[str, Scores], ours: str, libraries: list[str]) -> None:

@@ -145,6 +145,7 @@ def test_update_streams_matches_as_tracks_expire_and_coast(seed: int) -> None:
     assert run_both(make, 10, 150, seed, flicker, absent=0.4, skipped=0.2) > 500
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, on the NaNs
 @pytest.mark.parametrize("scene", [junky(flicker), junky(oriented(flicker))])
 def test_update_streams_matches_with_malformed_rows(scene: Callable[..., Detections]) -> None:
     assert run_both(lambda s: ByteTrack(first_id=1000 * s), 8, 80, 3, scene) > 300

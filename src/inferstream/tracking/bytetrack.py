@@ -107,7 +107,7 @@ class ByteTrack:
         recover_iou: float = 0.3,
         motion_gate: float = 13.3,
         gate_grace_s: float = 0.1,
-        grace_iou: float = 0.05,
+        grace_iou: float = 0.2,
         max_lost_s: float = 2.0,
         coast_s: float = 0.2,
         min_hits: int = 2,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -25,8 +26,8 @@ import torch
 from inferstream.detections import Detections
 from inferstream.tracking.base import TrackResult, TrackState
 from inferstream.tracking.geometry import cxcywh_to_xyxy, envelope_xyxy, iou_pairs, slack_iou_pairs, xyxy_to_cxcywh
-from inferstream.tracking.kalman import POS, VAR, ConstantVelocityKalman, KalmanNoise
-from inferstream.tracking.matching import StreamPairs
+from inferstream.tracking.kalman import POS, RATE, VAR, ConstantVelocityKalman, KalmanNoise
+from inferstream.tracking.matching import StreamPairs, match_pairs
 from inferstream.tracking.table import TrackTable
 
 FloatArray = npt.NDArray[np.float64]
@@ -83,9 +84,9 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     d_counts = np.array([len(d) for d in dets], dtype=np.int64)
     boxes, scores, labels, angles = _host_arrays(dets)
     d_stream = np.arange(len(streams)).repeat(d_counts) if len(streams) > 1 else np.zeros(len(dets[0]), np.int64)
-    malformed = _neutralise_malformed(boxes, scores, angles)
     # what the filter measures, (cx, cy, w, h) rows [4, N]
     z = xyxy_to_cxcywh(boxes if angles is None else envelope_xyxy(boxes, angles)).T.copy()
+    malformed = _neutralise_malformed(z, boxes, scores, angles)
     pairs = StreamPairs(np.bincount(b.stream, minlength=len(streams)), d_counts)
     track_of_det, det_of_track, new = _associate(cfg, kf, b.table, b.pts, pairs, z, scores, labels)
     b.table = _correct(kf, b.table, det_of_track, z, boxes, scores, labels, angles, b.pts)
@@ -159,18 +160,21 @@ def _host_arrays(dets: list[Detections]) -> tuple[FloatArray, FloatArray, IntArr
             labels.numpy(force=True), angles)
 
 
-def _neutralise_malformed(boxes: FloatArray, scores: FloatArray, angles: FloatArray | None) -> BoolArray | None:
+def _neutralise_malformed(z: FloatArray, boxes: FloatArray, scores: FloatArray,
+                          angles: FloatArray | None) -> BoolArray | None:
     """The rows no stage may take: a NaN or infinite coordinate, score or angle, or a width or height <= 0 (None
-    when there is none, the usual case, found in a few calls). Their boxes become zeros and their scores -inf, in
-    place, so they match no track, start none, and no NaN reaches a filter state."""
-    wh = boxes[:, 2:] - boxes[:, :2]
-    if np.isfinite(wh.sum() + scores.sum() + (0.0 if angles is None else angles.sum())) and (wh > 0).all():
+    when there is none: the usual case, told by three reductions, as ``z`` [4, N], the measured boxes, carries
+    every coordinate and angle, and axis-aligned boxes' sizes). Their boxes and measurements become zeros and their
+    scores -inf, in place, so they match no track, start none, and no NaN reaches a filter state."""
+    if math.isfinite(z.sum() + scores.sum()) and z[2:].min(initial=1.0) > 0 and angles is None:
         return None
-    bad: BoolArray = ~(np.isfinite(boxes).all(axis=1) & (wh > 0).all(axis=1) & np.isfinite(scores))
+    wh = boxes[:, 2:] - boxes[:, :2]  # oriented: the envelope of a negative size can be positive
+    bad: BoolArray = ~(np.isfinite(z).all(axis=0) & (wh > 0).all(axis=1) & np.isfinite(scores))
+    if not bad.any():
+        return None
     if angles is not None:
-        bad |= ~np.isfinite(angles)
         angles[bad] = 0.0
-    boxes[bad], scores[bad] = 0.0, -np.inf
+    boxes[bad], z[:, bad], scores[bad] = 0.0, 0.0, -np.inf
     return bad
 
 
@@ -302,11 +306,10 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, now: In
     nz = iou.nonzero()[0]  # only overlapping pairs need the gate: the others have IoU 0 anyway
     tr, de = pairs.locate(nz)
     allowed = _allowed(cfg, kf, t, z, labels, tr, de)
-    ungated = None  # the IoU without the motion gate, where the gate removed a pair
+    gated = None  # the pairs the motion gate removed, as (track, detection) indices
     if np.count_nonzero(allowed) < len(allowed):
-        ungated = iou.copy()
-        if cfg.per_class:
-            ungated[nz] *= t.labels.take(tr) == labels.take(de)
+        out = ~allowed
+        gated = tr[out], de[out]
         iou[nz] *= allowed
 
     def match(sim: FloatArray, row_ok: BoolArray, col_ok: BoolArray, min_sim: float) -> int:
@@ -332,14 +335,44 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, now: In
         reach = np.zeros(len(pairs))
         reach[sub] = slack_iou_pairs(t.states[POS].take(tr, axis=1), slack, z.take(de, axis=1)) * gate
         free_high -= match(reach, rows_ok, cols_ok, cfg.recover_iou)
-    if cfg.gate_grace_ns and ungated is not None and free_high:  # a recently seen track may overrule its gate
-        rows_ok = confirmed & (det_of_track < 0) & (t.last_seen_ns >= now - cfg.gate_grace_ns)
-        if np.count_nonzero(rows_ok):
-            free_high -= match(ungated, rows_ok, high & (track_of_det < 0), cfg.grace_iou)
+    if cfg.gate_grace_ns and gated is not None and free_high:  # a recently seen track may overrule its gate
+        rows_ok, cols_ok = confirmed & (det_of_track < 0) & (t.last_seen_ns >= now - cfg.gate_grace_ns), high & (
+            track_of_det < 0)
+        free = (rows_ok.take(gated[0]) & cols_ok.take(gated[1])).nonzero()[0]
+        if len(free):
+            tracks, dets = _grace_match(cfg, t, now, edges[:, n:], labels, gated[0].take(free), gated[1].take(free))
+            track_of_det[dets], det_of_track[tracks] = tracks, dets
+            free_high -= len(tracks)
     if free_high and n_confirmed < n:
         free_high -= match(iou, ~confirmed, high & (track_of_det < 0), cfg.tentative_match_iou)
     starters = _starters(cfg, scores, high, track_of_det) if free_high else np.zeros(0, dtype=np.int64)
     return track_of_det, det_of_track, starters
+
+
+def _grace_match(cfg: Settings, t: TrackTable, now: IntArray, det_edges: FloatArray, labels: IntArray, tr: IntArray,
+                 de: IntArray) -> tuple[IntArray, IntArray]:
+    """Stage (4) on the pairs ``(tr[k], de[k])`` the motion gate removed between free tracks and free detections:
+    the optimal matching, at ``grace_iou``, by the IoU of each detection (``det_edges``, xyxy rows [4, N]) with
+    its track's box where it was last seen (its Kalman estimate then: the prediction run back). What the motion
+    model got wrong does not count there, while a box that merely grazes the prediction (a false positive next to
+    a track whose object was missed) is far from where the object was. Returns matched tracks and detections."""
+    back = (now.take(tr) - t.last_seen_ns.take(tr)) / NS_PER_S  # [K] seconds
+    last = t.states[POS].take(tr, axis=1) - back * t.states[RATE].take(tr, axis=1)
+    sim = iou_pairs(cxcywh_to_xyxy(last.T).T, det_edges.take(de, axis=1))
+    if cfg.per_class:
+        sim *= t.labels.take(tr) == labels.take(de)
+    ok = (sim >= cfg.grace_iou).nonzero()[0]
+    tr, de = tr.take(ok), de.take(ok)
+    if len(ok) < 2 or (np.bincount(tr).max() < 2 and np.bincount(de).max() < 2):
+        return tr, de  # no track or detection with two candidates: all of them is the optimum
+    # a track and a detection pair up only within their stream, so one solve over every stream's pairs (the
+    # other streams' cells 0) is each stream's optimum
+    rows, row_at = np.unique(tr, return_inverse=True)
+    cols, col_at = np.unique(de, return_inverse=True)
+    block = np.zeros((len(rows), len(cols)))
+    block[row_at, col_at] = sim.take(ok)
+    r, c = match_pairs(block, cfg.grace_iou)
+    return rows.take(r), cols.take(c)
 
 
 def _starters(cfg: Settings, scores: FloatArray, high: BoolArray, track_of_det: IntArray) -> IntArray:
