@@ -5,7 +5,8 @@ by IoU with their predicted boxes; (2) confirmed tracks still free take the low-
 that is partly hidden often scores low: this is what keeps its id); (3) recovery: confirmed tracks still free
 take the high-score detections left, their predicted centre allowed to move a few standard deviations first
 (finds objects that turned while hidden); (4) confirmed tracks seen within ``gate_grace_s`` and still free take
-the high-score detections left by IoU alone (``grace_iou``), overruling the motion gate; (5) tentative tracks take the high-score
+the high-score detections left that the motion gate kept from them, if they overlap the box where the track was
+last seen (``grace_iou``); (5) tentative tracks take the high-score
 detections left; (6) the high-score detections still left start tentative tracks. Every stage is an optimal
 (Hungarian) assignment, and all but (4) respect a Mahalanobis motion gate. Stage (4) is what keeps one track per
 object where the motion model is surprised (a bounce off a wall, a sudden speed change, jitter on a small box):
@@ -68,12 +69,13 @@ class ByteTrack:
             freedom: 13.3 keeps 99 % of true matches, 18.5 keeps 99.9 %). Stops a track from jumping to a
             neighbour of another size or speed when its own object is hidden; 0 disables the gate.
         gate_grace_s: a confirmed track seen this recently (pts seconds) may still take a high-score detection
-            the motion gate kept from it, by IoU alone (``grace_iou``), before tentative tracks and new tracks take
-            what is left: an object just seen is where its track is even when its motion surprised the model,
-            and the alternative is a duplicate track on it. Tracks lost for longer stay gated (their predictions
-            drift, and that is when a track would take a neighbour). 0 always gates.
-        grace_iou: minimum IoU for that stage. Low (a small fast box that bounced overlaps its prediction
-            little), as only a detection no other track took and a track seen a moment ago are paired.
+            the motion gate kept from it, before tentative tracks and new tracks take what is left, if the
+            detection overlaps the box where the track was last seen: an object just seen is near there even when
+            its motion surprised the model (a bounce, a speed change), and the alternative is a duplicate track
+            on it. Tracks lost for longer stay gated (their predictions drift, and that is when a track would
+            take a neighbour). 0 always gates.
+        grace_iou: minimum IoU, for that stage, between the detection and the track's box where it was last
+            seen (not its prediction, which is what the gate found wrong).
         max_lost_s: how long (pts seconds) a track survives without a detection. Longer bridges longer
             occlusions, but a departed object's track may take over a newcomer's id.
         coast_s: how long (pts seconds) a lost track keeps being reported in ``TrackResult.predicted`` with
