@@ -12,6 +12,7 @@ Timing: ms per ``update`` (median frame), on the scenario's objects and on a 50-
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import statistics
 import sys
@@ -31,6 +32,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from inferstream.tracking import ByteTrack
 from inferstream.tracking.geometry import envelope_xyxy
+from tests.tracking import libraries
+from tests.tracking.libraries import Runner as LibraryRunner
 from tests.tracking.scenes import Scene, SceneConfig, make_scene
 from tests.tracking.scoring import FrameOutput, Scores, hota, score
 
@@ -105,64 +108,25 @@ def _ours(with_predicted: bool) -> Callable[[Scene, dict[str, Any]], Runner]:
     return build
 
 
-# -- trackers (Roboflow) -------------------------------------------------------------------------------------
+# -- the libraries (tests/tracking/libraries.py runs them for the tests too) ----------------------------------
+
+def _library(make: Callable[..., LibraryRunner], *args: Any) -> Callable[[Scene, dict[str, Any]], Runner]:
+    def build(scene: Scene, params: dict[str, Any]) -> Runner:
+        runner = make(*args, **params)
+
+        def run(scene: Scene) -> tuple[list[FrameOutput], list[float]]:
+            times: list[float] = []
+            return runner(scene, times), times
+        return run
+    return build
+
 
 def _roboflow(cls_name: str) -> Callable[[Scene, dict[str, Any]], Runner]:
-    def build(scene: Scene, params: dict[str, Any]) -> Runner:
-        import supervision as sv
-        import trackers
+    return _library(libraries.roboflow, cls_name)
 
-        cls = getattr(trackers, cls_name)
-
-        def run(scene: Scene) -> tuple[list[FrameOutput], list[float]]:
-            tracker = cls(frame_rate=scene.config.fps, **params)
-            outputs, times = [], []
-            for frame in scene.frames:
-                d = frame.detections
-                sv_dets = sv.Detections(xyxy=d.boxes_xyxy.numpy().astype(np.float32),
-                                        confidence=d.scores.numpy(), class_id=d.labels.numpy())
-                t0 = time.perf_counter()
-                res = tracker.update(sv_dets)
-                times.append(time.perf_counter() - t0)
-                keep = res.tracker_id >= 0
-                outputs.append((res.tracker_id[keep].astype(np.int64), res.xyxy[keep].astype(np.float64)))
-            return outputs, times
-        return run
-    return build
-
-
-# -- norfair -------------------------------------------------------------------------------------------------
 
 def _norfair(matched_only: bool) -> Callable[[Scene, dict[str, Any]], Runner]:
-    def build(scene: Scene, params: dict[str, Any]) -> Runner:
-        import norfair
-
-        p = dict(params)
-        min_score = p.pop("min_score")
-        per_s = scene.config.fps
-        p["hit_counter_max"] = max(2, round(p.pop("hit_counter_s") * per_s))
-        p["initialization_delay"] = min(p["initialization_delay"], p["hit_counter_max"] - 1)
-
-        def run(scene: Scene) -> tuple[list[FrameOutput], list[float]]:
-            tracker = norfair.Tracker(distance_function="iou", **p)
-            outputs, times = [], []
-            for k, frame in enumerate(scene.frames):
-                d = frame.detections
-                boxes, scores = d.boxes_xyxy.numpy().astype(np.float64), d.scores.numpy()
-                keep = np.flatnonzero(scores >= min_score)
-                t0 = time.perf_counter()
-                dets = [norfair.Detection(points=boxes[i].reshape(2, 2), scores=np.full(2, scores[i]), data=k)
-                        for i in keep]
-                objs = tracker.update(detections=dets)
-                times.append(time.perf_counter() - t0)
-                if matched_only:
-                    objs = [o for o in objs if o.last_detection is not None and o.last_detection.data == k]
-                ids = np.array([o.id for o in objs], dtype=np.int64)
-                out = np.array([o.estimate.reshape(4) for o in objs]).reshape(-1, 4)
-                outputs.append((ids, out))
-            return outputs, times
-        return run
-    return build
+    return _library(functools.partial(libraries.norfair_iou, estimates=not matched_only))
 
 
 CANDIDATES: tuple[Candidate, ...] = (

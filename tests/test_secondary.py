@@ -67,10 +67,11 @@ def test_mean_and_std_override_the_familys_and_wrong_label_counts_name_the_shape
     from classifier_models import LABELS
 
     from inferstream.inference import InferConfig
+    from inferstream.models.base import PreprocessOverride
     from inferstream.secondary import ObjectClassifier
 
     cfg = InferConfig(model="classifier_models:resnet18_seeded", labels=LABELS, input_size=(32, 32), objects=True,
-                      mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+                      transform=PreprocessOverride(mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25)))
     runner = ObjectClassifier(cfg)
     assert (runner.preprocess.mean, runner.preprocess.std) == ((0.5,) * 3, (0.25,) * 3)
     assert runner.preprocess.resize == "stretch" and runner.family == "classifier"

@@ -148,7 +148,7 @@ def test_secondary_without_upstream_detections_passes_frames_unchanged() -> None
     (f"model=classifier_models:resnet18_seeded labels=a,b,c input-size={SIZE}", r"3 labels .*\(1, 8\).* 8 classes"),
     ("model=blobs:color_blob_detector model-family=yolo-end2end", "needs a classifier"),
     (f"{CLASSIFIER} min-object-size=tall", "min-object-size 'tall'"),
-    (f"{CLASSIFIER} std=1,2", "std '1,2': expected three numbers"),
+    (f"{CLASSIFIER} std=1,2", "std '1,2': expected three numbers"),  # one value (all channels) or three
 ])
 def test_secondary_bad_settings_are_one_clear_error_at_start(props: str, message: str) -> None:
     result = run_pipeline(f"videotestsrc num-buffers=2 ! video/x-raw,format=RGB,width=64,height=64 "

@@ -110,3 +110,79 @@ def test_pytrackers_of_several_streams_on_the_shared_thread_keep_their_streams_a
     for i in range(4):
         ids = {tuple(t[0]) for t in result.seen[f"trk{i}"]}
         assert len(ids) == 1 and all(100 * i <= t < 100 * i + 100 for t in next(iter(ids))), (i, ids)
+
+
+# -- bad input: malformed detections, time going back, a flush -------------------------------------------------
+
+def _walker_and_junk(buf: Gst.Buffer, i: int) -> None:
+    """One walker, then three rows no tracker can use: a NaN box, a box of negative width, a NaN score."""
+    nan = float("nan")
+    boxes = torch.tensor([[10.0 + 5 * i, 50.0, 50.0 + 5 * i, 130.0], [nan, 10.0, 40.0, 60.0],
+                          [200.0, 100.0, 180.0, 160.0], [100.0, 150.0, 140.0, 220.0]])
+    dets = Detections(boxes_xyxy=boxes, scores=torch.tensor([0.9, 0.9, 0.9, nan]), labels=torch.zeros(4).long())
+    write_detections(buf, dets, label_quarks(["person"]), producer_quark(1))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast")  # writing the NaN box as ODMtd ints
+def test_pytracker_ignores_malformed_detections_with_one_warning() -> None:
+    inject("junk", _walker_and_junk)
+    result = run_pipeline(SRC.format(n=20) + " ! testinject name=junk ! pytracker name=trk min-hits=1 "
+                          "output-lost-tracks=true ! fakesink", {"trk": _tracks})
+    assert not result.errors
+    assert len(result.warnings) == 1 and "untrackable detections ignored" in result.warnings[0]
+    ids = [tuple(t[0]) for t in result.seen["trk"]]
+    assert len(set(ids)) == 1 and ids[0][0] >= 0 and ids[0][1:] == (-1, -1, -1)  # only the walker is tracked
+    assert all(n_od == 4 and n_trk == 1 for _, _, n_od, n_trk in result.seen["trk"])  # no predicted boxes
+
+
+def _lost_boxes(buf: Gst.Buffer) -> tuple[list[int], int]:
+    """(ids, number of predicted boxes: those whose producer is pytracker's unique-id 99)."""
+    ids, producers, _, _ = _tracks(buf)
+    return ids, producers.count(99)
+
+
+def test_pytracker_resets_tracks_once_when_pts_go_back() -> None:
+    def walkers_back_in_time(buf: Gst.Buffer, i: int) -> None:  # frame 15 restarts the clock and the walkers
+        j = i if i < 15 else i - 15
+        buf.pts = j * Gst.SECOND // 10
+        _two_walkers(buf, j + (i >= 15) * 20)  # after the jump they are elsewhere: old tracks would coast
+
+    inject("back", walkers_back_in_time)
+    result = run_pipeline(SRC.format(n=30) + " ! testinject name=back ! pytracker name=trk min-hits=1 unique-id=99 "
+                          "output-lost-tracks=true coast-time=1.0 ! fakesink", {"trk": _lost_boxes})
+    assert not result.errors
+    assert len(result.warnings) == 1 and "time went backwards, tracks reset" in result.warnings[0]
+    seen = result.seen["trk"]
+    before, after = set(seen[14][0]), set(seen[15][0])
+    assert -1 not in before | after and not before & after  # new tracks after the jump ...
+    assert all(n_predicted == 0 for _, n_predicted in seen)  # ... and the old ones did not coast on
+    assert {tuple(s[0]) for s in seen[15:]} == {tuple(seen[15][0])}
+
+
+def test_pytracker_flushing_seek_resets_tracks_without_a_warning() -> None:
+    def walkers_by_time(buf: Gst.Buffer, i: int) -> None:
+        _two_walkers(buf, round(buf.pts / (Gst.SECOND // 10)) + 20 * (i >= 12))  # elsewhere after the seek
+
+    def seek_once(pipeline: Gst.Pipeline, msg: Gst.Message) -> None:
+        if msg.type == Gst.MessageType.ELEMENT and msg.get_structure().get_name() == "seek-now":
+            pipeline.seek_simple(Gst.Format.TIME, Gst.SeekFlags.FLUSH, 0)
+
+    def ask_for_seek(buf: Gst.Buffer, i: int) -> None:
+        walkers_by_time(buf, i)
+        if i == 11:
+            trk = pipeline_ref[0].get_by_name("trk")
+            trk.post_message(Gst.Message.new_element(trk, Gst.Structure.new_empty("seek-now")))
+
+    pipeline_ref: list[Gst.Pipeline] = []
+    inject("seek", ask_for_seek)
+    result = run_pipeline("videotestsrc pattern=black ! video/x-raw,format=RGB,width=320,height=240,framerate=10/1 "
+                          "! testinject name=seek ! pytracker name=trk min-hits=1 unique-id=99 output-lost-tracks=true "
+                          "coast-time=1.0 ! identity eos-after=30 ! fakesink",
+                          {"trk": lambda buf: (buf.pts, *_lost_boxes(buf))}, on_message=seek_once,
+                          before_play=pipeline_ref.append)
+    assert not result.errors and not result.warnings
+    seen = result.seen["trk"]
+    restart = next(k for k in range(1, len(seen)) if seen[k][0] < seen[k - 1][0])  # the first frame after the flush
+    old = {i for _, ids, _ in seen[:restart] for i in ids}
+    assert all(ids and not old & set(ids) for _, ids, _ in seen[restart:])  # new tracks after the flush ...
+    assert all(n_predicted == 0 for _, _, n_predicted in seen[restart:])  # ... and the old ones did not coast on

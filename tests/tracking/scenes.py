@@ -1,10 +1,16 @@
 """Synthetic tracking scenes with exact ground truth, for tests and bench/tracking_compare.py.
 
-Objects move in a frame with constant speed and piecewise-constant turn rates, steer away from the borders,
+Two generators. ``make_scene``: objects move in a frame with constant speed and piecewise-constant turn rates, steer away from the borders,
 grow towards the bottom of the frame (perspective) and occlude each other (lower in the frame = closer).
 A simulated detector sees them with box jitter, random and burst dropouts, low scores when partly occluded
 (and now and then for no reason, which ByteTrack's second stage is for), and false positives. Seeded:
 the same config and seed give the same scene.
+
+``make_bounce_scene`` (``BounceConfig``): the hard case of issue 15. Boxes move straight and bounce off the frame
+edges, so their paths cross often; a box is not detected while a bigger box covers it (IoU above a threshold),
+and is missed at random besides; detected edges jitter by a few pixels; every object changes speed and size
+over time; some frames carry a low-score false positive. Trackers that keep a second track alive next to an
+object's first one after a crossing or a miss lose IDF1 and gather id switches here.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import numpy.typing as npt
 import torch
 
 from inferstream.detections import Detections
+from inferstream.tracking.geometry import iou_matrix_xyxy
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -58,8 +65,40 @@ class Frame:
 
 
 @dataclass(frozen=True, slots=True)
+class BounceConfig:
+    """Knobs of ``make_bounce_scene``. Sizes in pixels, speeds in pixels per frame, probabilities per frame."""
+
+    n_objects: int = 8
+    n_frames: int = 240
+    fps: float = 30.0
+    width: int = 640
+    height: int = 480
+    size_range: tuple[float, float] = (30.0, 90.0)  # box height
+    aspect_range: tuple[float, float] = (0.5, 1.5)  # width / height
+    speed_range: tuple[float, float] = (1.5, 4.0)  # px per frame
+    speed_change: float = 0.3  # each object's speed swings by up to this fraction (slow sinusoid)
+    size_change: float = 0.2  # and its size by up to this fraction
+    jitter_px: float = 2.0  # each detected edge moves by up to this, uniform
+    miss: float = 0.08  # random miss of a visible object
+    occlusion_iou: float = 0.5  # a box overlapping a bigger one by more than this is not detected
+    score_range: tuple[float, float] = (0.55, 0.95)
+    fp_fraction: float = 0.5  # frames with one false positive
+    fp_score_range: tuple[float, float] = (0.15, 0.4)
+
+
+BOUNCE_SUITE: dict[str, BounceConfig] = {  # issue 15's scene, then harder variants of it
+    "issue": BounceConfig(),
+    "small boxes": BounceConfig(size_range=(16.0, 40.0)),
+    "crowd": BounceConfig(n_objects=14, size_range=(24.0, 70.0)),
+    "fast": BounceConfig(speed_range=(3.0, 7.0), size_range=(20.0, 60.0)),
+    "10 fps": BounceConfig(fps=10.0, n_frames=120, speed_range=(4.5, 12.0)),
+    "small frame": BounceConfig(width=400, height=300, size_range=(24.0, 60.0)),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class Scene:
-    config: SceneConfig
+    config: SceneConfig | BounceConfig
     seed: int
     frames: tuple[Frame, ...]
 
@@ -178,3 +217,57 @@ def _detect(cfg: SceneConfig, rng: np.random.Generator, gt: FloatArray, ids: Int
             np.concatenate([ang, rng.uniform(-np.pi / 2, np.pi / 2, n_fp)])[order]).float(),
     )
     return dets, np.concatenate([src, np.full(n_fp, -1)])[order].astype(np.int64)
+
+
+def make_bounce_scene(seed: int, config: BounceConfig | None = None) -> Scene:
+    """Build a bouncing-boxes scene (see the module docstring); the same (seed, config) gives the same scene.
+
+    Returns:
+        ``Scene`` whose ground truth is every object on every frame (ids from 0, also while hidden) and whose
+        detections are float32 boxes in frame pixels, rows in random order.
+    """
+    cfg = config if config is not None else BounceConfig()
+    rng = np.random.default_rng(seed)
+    k, limit = cfg.n_objects, np.array([cfg.width, cfg.height], dtype=np.float64)
+    base_h = rng.uniform(*cfg.size_range, k)
+    base_wh = np.stack([base_h * rng.uniform(*cfg.aspect_range, k), base_h], axis=1)
+    heading = rng.uniform(-np.pi, np.pi, k)
+    direction = np.stack([np.cos(heading), np.sin(heading)], axis=1)
+    speed = rng.uniform(*cfg.speed_range, k)
+    phase, period = rng.uniform(0, 2 * np.pi, (2, k)), rng.uniform(2.0, 6.0, (2, k)) * cfg.fps  # frames
+    pos = rng.uniform(base_wh * (1 + cfg.size_change) / 2, limit - base_wh * (1 + cfg.size_change) / 2)
+    frames = []
+    for f in range(cfg.n_frames):
+        wave = np.sin(2 * np.pi * f / period + phase)
+        wh = base_wh * (1 + cfg.size_change * wave[1])[:, None]
+        pos += direction * (speed * (1 + cfg.speed_change * wave[0]))[:, None]
+        low, high = pos - wh / 2 < 0, pos + wh / 2 > limit  # bounce: reflect the motion off the edge
+        direction[low | high] *= -1
+        pos = np.clip(pos, wh / 2, limit - wh / 2)
+        gt = np.concatenate([pos - wh / 2, pos + wh / 2], axis=1)
+        dets, src = _bounce_detect(cfg, rng, gt)
+        frames.append(Frame(pts_ns=round(f * 1e9 / cfg.fps), gt_ids=np.arange(k, dtype=np.int64), gt_boxes=gt,
+                            gt_angles=None, detections=dets, det_gt_ids=src))
+    return Scene(config=cfg, seed=seed, frames=tuple(frames))
+
+
+def _bounce_detect(cfg: BounceConfig, rng: np.random.Generator, gt: FloatArray) -> tuple[Detections, IntArray]:
+    """One frame's detections of ``gt`` [K, 4]: occlusion drops, random misses, jitter, a false positive."""
+    area = np.prod(gt[:, 2:] - gt[:, :2], axis=1)
+    covered = ((iou_matrix_xyxy(gt, gt) > cfg.occlusion_iou) & (area[None, :] > area[:, None])).any(axis=1)
+    seen = np.flatnonzero(~covered & (rng.random(len(gt)) >= cfg.miss))
+    boxes = gt[seen] + rng.uniform(-cfg.jitter_px, cfg.jitter_px, (len(seen), 4))
+    scores = rng.uniform(*cfg.score_range, len(seen))
+    src = seen.astype(np.int64)
+    if rng.random() < cfg.fp_fraction:
+        h = rng.uniform(*cfg.size_range)
+        wh = np.array([h * rng.uniform(*cfg.aspect_range), h])
+        xy = rng.uniform(wh / 2, np.array([cfg.width, cfg.height]) - wh / 2)
+        boxes = np.concatenate([boxes, np.concatenate([xy - wh / 2, xy + wh / 2])[None]])
+        scores = np.append(scores, rng.uniform(*cfg.fp_score_range))
+        src = np.append(src, -1)
+    order = rng.permutation(len(boxes))
+    dets = Detections(boxes_xyxy=torch.from_numpy(boxes[order]).float(),
+                      scores=torch.from_numpy(scores[order]).float(),
+                      labels=torch.zeros(len(boxes), dtype=torch.int64))
+    return dets, src[order]

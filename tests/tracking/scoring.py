@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+import torch
 
 from inferstream.tracking.base import Tracker
 from inferstream.tracking.geometry import envelope_xyxy, iou_matrix_xyxy
@@ -88,14 +89,27 @@ def hota(gt: Sequence[FrameOutput], outputs: Sequence[FrameOutput]) -> float | N
     return float(np.mean(res["HOTA"]))
 
 
-def run_tracker(scene: Scene, tracker: Tracker) -> list[FrameOutput]:
-    """Feed every frame to ``tracker.update``; the output is each frame's detections that got a track id."""
+def run_tracker(scene: Scene, tracker: Tracker, with_predicted: bool = False) -> list[FrameOutput]:
+    """Feed every frame to ``tracker.update``; the output is each frame's detections that got a track id, and
+    with ``with_predicted`` also the motion-model boxes of the tracks coasting without one (``TrackResult.predicted``:
+    what pytracker writes with ``output-lost-tracks=true``)."""
     outputs: list[FrameOutput] = []
     for frame in scene.frames:
-        dets = tracker.update(frame.detections, frame.pts_ns).detections
+        result = tracker.update(frame.detections, frame.pts_ns)
+        dets = result.detections
         assert dets.track_ids is not None
         ids = dets.track_ids.numpy()
         keep = ids >= 0
-        angles = None if dets.angles_rad is None else dets.angles_rad.numpy()[keep]
-        outputs.append((ids[keep], envelope_xyxy(dets.boxes_xyxy.numpy()[keep], angles)))
+        out_ids, out_boxes = ids[keep], _envelopes(dets.boxes_xyxy.numpy()[keep], dets.angles_rad, keep)
+        if with_predicted and len(result.predicted):
+            p = result.predicted
+            assert p.track_ids is not None
+            out_ids = np.concatenate([out_ids, p.track_ids.numpy()])
+            out_boxes = np.concatenate([out_boxes, _envelopes(p.boxes_xyxy.numpy(), p.angles_rad, None)])
+        outputs.append((out_ids, out_boxes))
     return outputs
+
+
+def _envelopes(boxes: FloatArray, angles_rad: torch.Tensor | None, keep: npt.NDArray[np.bool_] | None) -> FloatArray:
+    angles = None if angles_rad is None else angles_rad.numpy() if keep is None else angles_rad.numpy()[keep]
+    return envelope_xyxy(boxes, angles)

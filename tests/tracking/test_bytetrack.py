@@ -136,6 +136,25 @@ def test_bytetrack_keeps_input_order_and_rows() -> None:
     check_rows(res)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, on the NaNs
+@pytest.mark.parametrize("oriented", [False, True])
+def test_bytetrack_ignores_malformed_rows(oriented: bool) -> None:
+    nan, inf = float("nan"), float("inf")
+    tracker = ByteTrack()
+    for f in range(30):
+        walker = box_at(100 + 5 * f, 200)
+        junk = [[nan, 10.0, 40.0, 60.0], [300.0, 100.0, 280.0, 160.0], [50.0, 50.0, inf, 90.0], box_at(500, 300),
+                box_at(100 + 5 * f, 200)]  # NaN, negative width, infinite, NaN score, NaN angle (or a good twin)
+        angles = [0.1, 0.0, 0.0, 0.0, 0.0, nan] if oriented else None
+        res = tracker.update(dets([walker, *junk], scores=[0.9, 0.9, 0.9, 0.9, nan, 0.9], angles=angles), f * FRAME_NS)
+        bad = 5 if oriented else 4
+        assert res.malformed == bad
+        assert ids_of(res)[1:bad + 1] == [-1] * bad
+        assert np.isfinite(tracker._state.tracks.states).all()
+    assert ids_of(res)[0] == 1 and [s.track_id for s in res.tracks] == ([1] if oriented else [1, 2])
+    assert torch.isfinite(tracker.predict_only(30 * FRAME_NS).predicted.boxes_xyxy).all()
+
+
 def test_bytetrack_empty_frames_age_and_end_tracks() -> None:
     tracker = ByteTrack(max_lost_s=0.5, coast_s=0.2)
     for f in range(5):

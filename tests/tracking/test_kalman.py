@@ -40,7 +40,7 @@ def test_kalman_mahalanobis_matches_explicit_formula() -> None:
     got = kf.mahalanobis_sq(mean, cov, z)
     r = np.array([0.5**0.5, 0.5**0.5, 2**0.5, 2**0.5]) * 0.05
     for t in range(2):
-        scale = np.array([mean[t, 2], mean[t, 3], mean[t, 2], mean[t, 3]])
+        scale = np.maximum([mean[t, 2], mean[t, 3], mean[t, 2], mean[t, 3]], kf.noise.min_size_px)  # noise floor
         s = cov[t, :4, :4] + np.diag((r * scale) ** 2)
         for n in range(3):
             y = z[n] - mean[t, :4]
@@ -65,7 +65,7 @@ def test_kalman_closed_form_matches_the_textbook_matrices() -> None:
         f = np.eye(8) + dt * np.eye(8, k=4)
         ref_mean = ref_mean @ f.T
         ref_mean[:, 2:4] = np.maximum(ref_mean[:, 2:4], 1.0)
-        s = np.maximum(ref_mean[:, [2, 3, 2, 3]], 1.0)
+        s = np.maximum(ref_mean[:, [2, 3, 2, 3]], noise.min_size_px)  # sizes 10-90 px: both sides of the floor
         rate_std = np.array([noise.velocity] * 2 + [noise.size_velocity] * 2)
         q = np.concatenate([noise.position * s, rate_std * s], axis=1)
         ref_cov = f @ ref_cov @ f.T + dt * np.stack([np.diag(v) for v in q**2])

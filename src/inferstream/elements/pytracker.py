@@ -17,7 +17,7 @@ from gi.repository import GObject, Gst, GstBase  # noqa: E402
 
 from inferstream.elements import _props as props  # noqa: E402
 from inferstream.elements._caps import any_video_caps, video_templates  # noqa: E402
-from inferstream.elements._errors import post_error  # noqa: E402
+from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.gstnative import buffer_pts  # noqa: E402
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._upstream: PyInfer | None = None  # tracks for us on its batch thread (track-in-batch)
         self._batch_mark: int | None = None  # pts of the frame tracked on the batch thread, still to pass here
         self._batch_error: Exception | None = None
+        self._warned: set[str] = set()  # the kinds of bad input already reported (once each, per start)
 
     def do_start(self) -> bool:
         from inferstream.serial import shared_worker
@@ -103,6 +104,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
             post_error(self, exc, "cannot create the tracker")
             return False
         self._last_pts = 0
+        self._warned = set()
         # read once: properties are READY-only, and a GObject property read per frame is not free
         self._operate_on = None if self.operate_on_unique_id < 0 else self.operate_on_unique_id
         self._output_lost = self.output_lost_tracks
@@ -136,6 +138,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
     def do_sink_event(self, event: Gst.Event) -> bool:
         if event.type == Gst.EventType.FLUSH_STOP and self._tracker is not None:
             self._tracker.reset()
+            self._last_pts = 0  # the stream's time starts again (a seek): not time going back
             self._batch_mark, self._batch_error = None, None
         return GstBase.BaseTransform.do_sink_event(self, event)
 
@@ -143,8 +146,18 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         pts = buffer_pts(buf)
         if pts == _CLOCK_TIME_NONE:
             pts = self._last_pts + _DEFAULT_FRAME_NS
-        self._last_pts = max(pts, self._last_pts)  # the tracker needs time that never goes backwards
-        return self._last_pts
+        elif pts < self._last_pts and self._tracker is not None:  # the stream jumped back without a flush (a loop,
+            self._tracker.reset()  # a restart): the tracks' motion means nothing there
+            self._warn_once("pts", ValueError(f"pts went back from {self._last_pts} to {pts} ns"),
+                            "the stream's time went backwards, tracks reset")
+        self._last_pts = pts
+        return pts
+
+    def _warn_once(self, kind: str, exc: Exception, text: str) -> None:
+        """A bus warning the first time this kind of bad input shows up: it may recur on every frame."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            post_warning(self, exc, text)
 
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
         if self._batch_mark is not None and buffer_pts(buf) == self._batch_mark:
@@ -182,6 +195,9 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
 
     def _report(self, buf: Gst.Buffer, frame: _Frame, result: TrackResult) -> None:
         """Write the frame's tracks onto ``buf``."""
+        if result.malformed:
+            self._warn_once("malformed", ValueError(f"{result.malformed} detections with NaN or infinite values or "
+                                                    f"a width or height <= 0"), "untrackable detections ignored")
         if frame.dets is None:
             self._write_predicted(buf, result)
         else:

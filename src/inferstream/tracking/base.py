@@ -53,12 +53,15 @@ class TrackResult:
             ascending ``track_id`` order. Tracks kept alive silently (lost longer than the coasting time, or
             not yet confirmed) are not listed.
         ended_ids: ids of confirmed tracks the tracker dropped during this call (lost for too long), ascending.
+        malformed: input rows the tracker could not use (a NaN or infinite coordinate, score or angle, or a width
+            or height <= 0): they keep track id -1 and change no track.
     """
 
     detections: Detections
     predicted: Detections
     tracks: tuple[TrackState, ...]
     ended_ids: tuple[int, ...] = ()
+    malformed: int = 0
 
 
 class Tracker(Protocol):

@@ -4,9 +4,14 @@ Per frame, after the Kalman prediction: (1) confirmed tracks, tracked or lost, t
 by IoU with their predicted boxes; (2) confirmed tracks still free take the low-score detections (an object
 that is partly hidden often scores low: this is what keeps its id); (3) recovery: confirmed tracks still free
 take the high-score detections left, their predicted centre allowed to move a few standard deviations first
-(finds objects that turned while hidden); (4) tentative tracks take the high-score detections left; (5) the
-high-score detections still left start tentative tracks. Every stage is an optimal (Hungarian) assignment and
-respects a Mahalanobis motion gate. Oriented boxes associate on the axis-aligned envelope of their rotated
+(finds objects that turned while hidden); (4) confirmed tracks seen within ``gate_grace_s`` and still free take
+the high-score detections left that the motion gate kept from them, if they overlap the box where the track was
+last seen (``grace_iou``); (5) tentative tracks take the high-score
+detections left; (6) the high-score detections still left start tentative tracks. Every stage is an optimal
+(Hungarian) assignment, and all but (4) respect a Mahalanobis motion gate. Stage (4) is what keeps one track per
+object where the motion model is surprised (a bounce off a wall, a sudden speed change, jitter on a small box):
+without it the detection the gate rejects starts a second track next to the live one, and the two then share the
+object's detections, its id flipping from frame to frame. Oriented boxes associate on the axis-aligned envelope of their rotated
 corners, which is also what the Kalman filter follows (an OBB detector may swap width and height as the angle
 wraps; the envelope does not), and keep their angle and unrotated size for predicted boxes.
 
@@ -63,6 +68,14 @@ class ByteTrack:
             ``(cx, cy, w, h)`` from the track's Kalman prediction is at most this (chi-square with 4 degrees of
             freedom: 13.3 keeps 99 % of true matches, 18.5 keeps 99.9 %). Stops a track from jumping to a
             neighbour of another size or speed when its own object is hidden; 0 disables the gate.
+        gate_grace_s: a confirmed track seen this recently (pts seconds) may still take a high-score detection
+            the motion gate kept from it, before tentative tracks and new tracks take what is left, if the
+            detection overlaps the box where the track was last seen: an object just seen is near there even when
+            its motion surprised the model (a bounce, a speed change), and the alternative is a duplicate track
+            on it. Tracks lost for longer stay gated (their predictions drift, and that is when a track would
+            take a neighbour). 0 always gates.
+        grace_iou: minimum IoU, for that stage, between the detection and the track's box where it was last
+            seen (not its prediction, which is what the gate found wrong).
         max_lost_s: how long (pts seconds) a track survives without a detection. Longer bridges longer
             occlusions, but a departed object's track may take over a newcomer's id.
         coast_s: how long (pts seconds) a lost track keeps being reported in ``TrackResult.predicted`` with
@@ -95,6 +108,8 @@ class ByteTrack:
         recover_sigmas: float = 3.0,
         recover_iou: float = 0.3,
         motion_gate: float = 13.3,
+        gate_grace_s: float = 0.1,
+        grace_iou: float = 0.2,
         max_lost_s: float = 2.0,
         coast_s: float = 0.2,
         min_hits: int = 2,
@@ -105,20 +120,20 @@ class ByteTrack:
     ) -> None:
         thresholds = {"high_score": high_score, "low_score": low_score, "new_track_score": new_track_score,
                       "match_iou": match_iou, "low_match_iou": low_match_iou,
-                      "tentative_match_iou": tentative_match_iou, "recover_iou": recover_iou}
+                      "tentative_match_iou": tentative_match_iou, "recover_iou": recover_iou, "grace_iou": grace_iou}
         for name, value in thresholds.items():
             if not 0.0 <= value <= 1.0:
                 raise ConfigError(f"ByteTrack: {name} must be in [0, 1], got {value}")
         if low_score > high_score:
             raise ConfigError(f"ByteTrack: low_score ({low_score}) must not exceed high_score ({high_score})")
-        if min(max_lost_s, coast_s, recover_sigmas, motion_gate) < 0 or min_hits < 1 or first_id < 0:
-            raise ConfigError(f"ByteTrack: need max_lost_s, coast_s, recover_sigmas, motion_gate >= 0, "
+        if min(max_lost_s, coast_s, recover_sigmas, motion_gate, gate_grace_s) < 0 or min_hits < 1 or first_id < 0:
+            raise ConfigError(f"ByteTrack: need max_lost_s, coast_s, recover_sigmas, motion_gate, gate_grace_s >= 0, "
                               f"min_hits >= 1, first_id >= 0; got {max_lost_s}, {coast_s}, {recover_sigmas}, "
-                              f"{motion_gate}, {min_hits}, {first_id}")
+                              f"{motion_gate}, {gate_grace_s}, {min_hits}, {first_id}")
         self.settings = Settings(
             high_score, low_score, new_track_score, match_iou, low_match_iou, tentative_match_iou, recover_sigmas,
-            recover_iou, motion_gate, round(max_lost_s * NS_PER_S), round(coast_s * NS_PER_S), min_hits, per_class,
-            fuse_score, kalman_noise if kalman_noise is not None else KalmanNoise())
+            recover_iou, motion_gate, round(gate_grace_s * NS_PER_S), grace_iou, round(max_lost_s * NS_PER_S),
+            round(coast_s * NS_PER_S), min_hits, per_class, fuse_score, kalman_noise if kalman_noise is not None else KalmanNoise())
         self._state = StreamState(TrackTable.empty(), None, None, first_id, _CPU, False)
 
 
@@ -130,7 +145,8 @@ class ByteTrack:
         """Associate one frame's detections with the tracks.
 
         Args:
-            dets: this frame's detections, any device; rows below ``low_score`` are ignored.
+            dets: this frame's detections, any device; rows below ``low_score`` are ignored, and so are malformed
+                rows (NaN or infinite values, a width or height <= 0), counted in ``TrackResult.malformed``.
             pts_ns: the frame's pts in nanoseconds; must not be earlier than the previous call's.
 
         Returns:

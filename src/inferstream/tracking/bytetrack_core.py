@@ -12,8 +12,10 @@ fails changes no tracker. ``ByteTrack`` (``bytetrack.py``) holds a stream's stat
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -24,8 +26,8 @@ import torch
 from inferstream.detections import Detections
 from inferstream.tracking.base import TrackResult, TrackState
 from inferstream.tracking.geometry import cxcywh_to_xyxy, envelope_xyxy, iou_pairs, slack_iou_pairs, xyxy_to_cxcywh
-from inferstream.tracking.kalman import POS, VAR, ConstantVelocityKalman, KalmanNoise
-from inferstream.tracking.matching import StreamPairs
+from inferstream.tracking.kalman import POS, RATE, VAR, ConstantVelocityKalman, KalmanNoise
+from inferstream.tracking.matching import StreamPairs, match_pairs
 from inferstream.tracking.table import TrackTable
 
 FloatArray = npt.NDArray[np.float64]
@@ -50,6 +52,8 @@ class Settings:
     recover_sigmas: float
     recover_iou: float
     motion_gate: float
+    gate_grace_ns: int
+    grace_iou: float
     max_lost_ns: int
     coast_ns: int
     min_hits: int
@@ -82,8 +86,9 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     d_stream = np.arange(len(streams)).repeat(d_counts) if len(streams) > 1 else np.zeros(len(dets[0]), np.int64)
     # what the filter measures, (cx, cy, w, h) rows [4, N]
     z = xyxy_to_cxcywh(boxes if angles is None else envelope_xyxy(boxes, angles)).T.copy()
+    malformed = _neutralise_malformed(z, boxes, scores, angles)
     pairs = StreamPairs(np.bincount(b.stream, minlength=len(streams)), d_counts)
-    track_of_det, det_of_track, new = _associate(cfg, kf, b.table, pairs, z, scores, labels)
+    track_of_det, det_of_track, new = _associate(cfg, kf, b.table, b.pts, pairs, z, scores, labels)
     b.table = _correct(kf, b.table, det_of_track, z, boxes, scores, labels, angles, b.pts)
     dropped = b.table.lost & (b.table.ids < 0)  # a tentative track that misses a frame is dropped
     if np.count_nonzero(dropped):
@@ -102,6 +107,9 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     starts = np.concatenate([[0], d_counts.cumsum()]).tolist() if len(dets) > 1 else [0, len(ids)]
     outs = [d.with_track_ids(ids_t[a:b] if len(dets) > 1 else ids_t) for d, a, b in zip(dets, starts, starts[1:])]
     results = _results(cfg, b, b.table.states[POS], det_of_track, d_stream, outs, ended, device, oriented)
+    if malformed is not None:
+        counts = np.bincount(d_stream[malformed], minlength=len(streams)).tolist()
+        results = [dataclasses.replace(r, malformed=n) if n else r for r, n in zip(results, counts)]
     new_states = [StreamState(table, p, p, n, device, oriented)
                   for table, p, n in zip(b.split(len(streams)), pts_ns, next_ids)]
     return new_states, results
@@ -150,6 +158,24 @@ def _host_arrays(dets: list[Detections]) -> tuple[FloatArray, FloatArray, IntArr
     angles = None if angles_rad is None else angles_rad.numpy(force=True).astype(np.float64)
     return (boxes.numpy(force=True).astype(np.float64), scores.numpy(force=True).astype(np.float64),
             labels.numpy(force=True), angles)
+
+
+def _neutralise_malformed(z: FloatArray, boxes: FloatArray, scores: FloatArray,
+                          angles: FloatArray | None) -> BoolArray | None:
+    """The rows no stage may take: a NaN or infinite coordinate, score or angle, or a width or height <= 0 (None
+    when there is none: the usual case, told by three reductions, as ``z`` [4, N], the measured boxes, carries
+    every coordinate and angle, and axis-aligned boxes' sizes). Their boxes and measurements become zeros and their
+    scores -inf, in place, so they match no track, start none, and no NaN reaches a filter state."""
+    if math.isfinite(z.sum() + scores.sum()) and z[2:].min(initial=1.0) > 0 and angles is None:
+        return None
+    wh = boxes[:, 2:] - boxes[:, :2]  # oriented: the envelope of a negative size can be positive
+    bad: BoolArray = ~(np.isfinite(z).all(axis=0) & (wh > 0).all(axis=1) & np.isfinite(scores))
+    if not bad.any():
+        return None
+    if angles is not None:
+        angles[bad] = 0.0
+    boxes[bad], z[:, bad], scores[bad] = 0.0, 0.0, -np.inf
+    return bad
 
 
 class _Tracks:
@@ -259,9 +285,10 @@ def _put(values: _Array, at: IntArray, new: npt.NDArray[Any]) -> _Array:
     return out
 
 
-def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: StreamPairs, z: FloatArray,
-               scores: FloatArray, labels: IntArray) -> tuple[IntArray, IntArray, IntArray]:
-    """The ByteTrack stages on measured (envelope) boxes ``z``, (cx, cy, w, h) rows [4, N], within each stream.
+def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, now: IntArray, pairs: StreamPairs,
+               z: FloatArray, scores: FloatArray, labels: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """The ByteTrack stages on measured (envelope) boxes ``z``, (cx, cy, w, h) rows [4, N], within each stream;
+    ``now`` [T] is each track's frame time.
 
     Returns:
         track index per detection [N] and detection index per track [T], -1 where unmatched; the detections
@@ -277,8 +304,12 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: 
     edges = np.ascontiguousarray(cxcywh_to_xyxy(np.concatenate([t.states[POS], z], axis=1).T).T)
     iou = pairs.pairwise(iou_pairs, edges[:, :n], edges[:, n:])
     nz = iou.nonzero()[0]  # only overlapping pairs need the gate: the others have IoU 0 anyway
-    allowed = _allowed(cfg, kf, t, z, labels, *pairs.locate(nz))
+    tr, de = pairs.locate(nz)
+    allowed = _allowed(cfg, kf, t, z, labels, tr, de)
+    gated = None  # the pairs the motion gate removed, as (track, detection) indices
     if np.count_nonzero(allowed) < len(allowed):
+        out = ~allowed
+        gated = tr[out], de[out]
         iou[nz] *= allowed
 
     def match(sim: FloatArray, row_ok: BoolArray, col_ok: BoolArray, min_sim: float) -> int:
@@ -304,10 +335,44 @@ def _associate(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, pairs: 
         reach = np.zeros(len(pairs))
         reach[sub] = slack_iou_pairs(t.states[POS].take(tr, axis=1), slack, z.take(de, axis=1)) * gate
         free_high -= match(reach, rows_ok, cols_ok, cfg.recover_iou)
+    if cfg.gate_grace_ns and gated is not None and free_high:  # a recently seen track may overrule its gate
+        rows_ok, cols_ok = confirmed & (det_of_track < 0) & (t.last_seen_ns >= now - cfg.gate_grace_ns), high & (
+            track_of_det < 0)
+        free = (rows_ok.take(gated[0]) & cols_ok.take(gated[1])).nonzero()[0]
+        if len(free):
+            tracks, dets = _grace_match(cfg, t, now, edges[:, n:], labels, gated[0].take(free), gated[1].take(free))
+            track_of_det[dets], det_of_track[tracks] = tracks, dets
+            free_high -= len(tracks)
     if free_high and n_confirmed < n:
         free_high -= match(iou, ~confirmed, high & (track_of_det < 0), cfg.tentative_match_iou)
     starters = _starters(cfg, scores, high, track_of_det) if free_high else np.zeros(0, dtype=np.int64)
     return track_of_det, det_of_track, starters
+
+
+def _grace_match(cfg: Settings, t: TrackTable, now: IntArray, det_edges: FloatArray, labels: IntArray, tr: IntArray,
+                 de: IntArray) -> tuple[IntArray, IntArray]:
+    """Stage (4) on the pairs ``(tr[k], de[k])`` the motion gate removed between free tracks and free detections:
+    the optimal matching, at ``grace_iou``, by the IoU of each detection (``det_edges``, xyxy rows [4, N]) with
+    its track's box where it was last seen (its Kalman estimate then: the prediction run back). What the motion
+    model got wrong does not count there, while a box that merely grazes the prediction (a false positive next to
+    a track whose object was missed) is far from where the object was. Returns matched tracks and detections."""
+    back = (now.take(tr) - t.last_seen_ns.take(tr)) / NS_PER_S  # [K] seconds
+    last = t.states[POS].take(tr, axis=1) - back * t.states[RATE].take(tr, axis=1)
+    sim = iou_pairs(cxcywh_to_xyxy(last.T).T, det_edges.take(de, axis=1))
+    if cfg.per_class:
+        sim *= t.labels.take(tr) == labels.take(de)
+    ok = (sim >= cfg.grace_iou).nonzero()[0]
+    tr, de = tr.take(ok), de.take(ok)
+    if len(ok) < 2 or (np.bincount(tr).max() < 2 and np.bincount(de).max() < 2):
+        return tr, de  # no track or detection with two candidates: all of them is the optimum
+    # a track and a detection pair up only within their stream, so one solve over every stream's pairs (the
+    # other streams' cells 0) is each stream's optimum
+    rows, row_at = np.unique(tr, return_inverse=True)
+    cols, col_at = np.unique(de, return_inverse=True)
+    block = np.zeros((len(rows), len(cols)))
+    block[row_at, col_at] = sim.take(ok)
+    r, c = match_pairs(block, cfg.grace_iou)
+    return rows.take(r), cols.take(c)
 
 
 def _starters(cfg: Settings, scores: FloatArray, high: BoolArray, track_of_det: IntArray) -> IntArray:

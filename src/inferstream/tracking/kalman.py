@@ -2,7 +2,9 @@
 
 State (8): ``(cx, cy, w, h, vcx, vcy, vw, vh)``: centre and size in pixels, their rates in pixels per second.
 Measurement (4): ``(cx, cy, w, h)``. Noise scales with the box: x and w with the width, y and h with the height,
-so one set of numbers serves small and large objects. Time is continuous (seconds between frames, from pts),
+so one set of numbers serves small and large objects, down to ``KalmanNoise.min_size_px``: a detector's error
+and an object's motion do not shrink with the box below a few pixels, and a filter sure of a 20 px box to a
+pixel rejects its true detections. Time is continuous (seconds between frames, from pts),
 so the filter behaves the same at any frame rate and across frames the detector skipped.
 
 The motion model, the noise and the measurement never mix coordinates, and ``initiate`` starts from a diagonal
@@ -42,6 +44,9 @@ class KalmanNoise:
             another size.
         initial_velocity: std of a new track's (unknown, zero-mean) velocity, box sizes per second. Larger lets
             the first matches pull the track up to speed faster.
+        min_size_px: boxes smaller than this (width for x and w, height for y and h) get the noise of a box this
+            size: at 16-40 px, 2 px of jitter and 4 px per frame of motion are 5-25 % of the box, which the
+            relative levels above would call impossible.
     """
 
     edge: float = 0.04
@@ -49,9 +54,10 @@ class KalmanNoise:
     velocity: float = 2.0
     size_velocity: float = 0.2
     initial_velocity: float = 2.0
+    min_size_px: float = 50.0
 
     def __post_init__(self) -> None:
-        for name in ("edge", "position", "velocity", "size_velocity", "initial_velocity"):
+        for name in ("edge", "position", "velocity", "size_velocity", "initial_velocity", "min_size_px"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"KalmanNoise.{name} must be > 0, got {getattr(self, name)}")
 
@@ -68,9 +74,9 @@ VAR, CROSS, RATE_VAR = slice(8, 12), slice(12, 16), slice(16, 20)
 _COV_VAR, _COV_CROSS, _COV_CROSS_T, _COV_RATE_VAR = slice(0, 28, 9), slice(4, 32, 9), slice(32, 60, 9), slice(36, 64, 9)
 
 
-def _scale(boxes: FloatArray) -> FloatArray:
-    """Size scale [4, K] of packed states or ``(cx, cy, w, h)`` rows: (w, h, w, h), at least 1 px."""
-    return np.maximum(boxes.take(_WHWH, axis=0), _MIN_SIZE_PX)
+def _scale(boxes: FloatArray, min_px: float) -> FloatArray:
+    """Noise scale [4, K] of packed states or ``(cx, cy, w, h)`` rows: (w, h, w, h), at least ``min_px``."""
+    return np.maximum(boxes.take(_WHWH, axis=0), min_px)
 
 
 def _moved(dt_s: float | FloatArray) -> bool | npt.NDArray[np.bool_]:
@@ -111,7 +117,7 @@ class ConstantVelocityKalman:
 
     def initiate_states(self, boxes: FloatArray) -> FloatArray:
         """New tracks, with zero velocity, from first detections ``(cx, cy, w, h)`` rows [4, K], pixels."""
-        s = _scale(boxes)
+        s = _scale(boxes, self.noise.min_size_px)
         states = np.zeros((STATE_ROWS, boxes.shape[1]))
         states[POS] = boxes
         states[VAR] = (self._measurement_unit_std * s) ** 2
@@ -137,7 +143,7 @@ class ConstantVelocityKalman:
             return x
         x[POS] += dt_s * x[RATE]  # as predict_boxes
         np.maximum(x[2:4], _MIN_SIZE_PX, out=x[2:4], where=_moved(dt_s))
-        var, cross, s = x[VAR], x[CROSS], _scale(x)
+        var, cross, s = x[VAR], x[CROSS], _scale(x, self.noise.min_size_px)
         # F P F^T with F = [[I, dt I], [0, I]], block by block: var + dt cross + dt cross', cross' = cross + dt rate
         var += dt_s * cross
         cross += dt_s * x[RATE_VAR]
@@ -149,7 +155,7 @@ class ConstantVelocityKalman:
 
     def innovation_var(self, states: FloatArray) -> FloatArray:
         """Diagonal of ``S = H P H^T + R`` [4, K] (S is diagonal: coordinates are independent)."""
-        measurement_var: FloatArray = (self._measurement_unit_std * _scale(states)) ** 2
+        measurement_var: FloatArray = (self._measurement_unit_std * _scale(states, self.noise.min_size_px)) ** 2
         return states[VAR] + measurement_var
 
     def update_states(self, states: FloatArray, boxes: FloatArray) -> FloatArray:
