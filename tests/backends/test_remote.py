@@ -1,7 +1,7 @@
-"""The remote backend against a real Triton server (PyTriton's tritonserver 2.51) that the tests start.
+"""The remote backend against real KServe v2 servers the tests start: Triton (PyTriton's tritonserver 2.51) and MLServer.
 
-The server runs the real person detector ONNX through onnxruntime inside PyTriton's Python callable, in
-``.triton-venv`` (./setup makes it). The reference is the same file on the local onnxruntime backend: a remote
+Both run the real person detector ONNX through onnxruntime (inside PyTriton's Python callable; in an MLServer
+runtime), in ``.triton-venv`` (./setup makes it). The reference is the same file on the local onnxruntime backend: a remote
 model must give pyinfer the same boxes, since the same decoder runs on the same raw outputs.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 from gst_helpers import run_pipeline
 from parity import decode_frames, pyinfer_frames
-from servers.launch import ServerProcess, start_pytriton, venv_python
+from servers.launch import ServerProcess, start_mlserver, start_pytriton, venv_python
 
 from inferstream.backends.loader import load_backend
 from inferstream.errors import BackendInitError, ConfigError, UnsupportedModelError
@@ -32,6 +32,22 @@ def triton(person_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     server.close()
 
 
+@pytest.fixture(scope="session")
+def mlserver(person_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    assert PYTHON is not None
+    server = start_mlserver(PYTHON, person_onnx, "person", tmp_path_factory.mktemp("mlserver"))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def local_boxes(frames: list[np.ndarray], person_onnx: Path) -> list[dict]:
+    boxes = pyinfer_frames(frames, f"model={person_onnx} input-size=640")
+    assert sum(len(f["xyxy"]) for f in boxes) >= 9  # real pedestrians, not an empty comparison
+    assert {n for f in boxes for n in f["names"]} <= {"Normal", "Fall"}
+    return boxes
+
+
 @pytest.fixture(scope="module")
 def frames(vtest: Path) -> list[np.ndarray]:
     got = decode_frames(f"filesrc location={vtest} ! decodebin", 160)
@@ -47,14 +63,24 @@ def _same(ours: list[dict], ref: list[dict]) -> None:
         np.testing.assert_array_equal(o["conf"], r["conf"])
 
 
-def test_pyinfer_boxes_over_grpc_and_http_equal_the_local_onnx_backend(triton: ServerProcess,
+def test_triton_boxes_over_grpc_and_http_equal_the_local_onnx_backend(triton: ServerProcess,
+                                                                       frames: list[np.ndarray],
+                                                                       local_boxes: list[dict]) -> None:
+    _same(pyinfer_frames(frames, f"model={triton.grpc_url} {LABELS}"), local_boxes)
+    _same(pyinfer_frames(frames[:1], f"model={triton.http_url}?shm=off {LABELS}"), local_boxes[:1])
+
+
+def test_mlserver_boxes_over_grpc_and_http_equal_the_local_onnx_backend(mlserver: ServerProcess,
                                                                          frames: list[np.ndarray],
-                                                                         person_onnx: Path) -> None:
-    local = pyinfer_frames(frames, f"model={person_onnx} input-size=640")
-    assert sum(len(f["xyxy"]) for f in local) >= 9  # real pedestrians, not an empty comparison
-    assert {n for f in local for n in f["names"]} <= {"Normal", "Fall"}
-    _same(pyinfer_frames(frames, f"model={triton.grpc_url} {LABELS}"), local)
-    _same(pyinfer_frames(frames[:1], f"model={triton.http_url}?shm=off {LABELS}"), local[:1])
+                                                                         local_boxes: list[dict]) -> None:
+    # MLServer has neither system shared memory nor Triton's binary tensors: gRPC bytes, HTTP JSON
+    _same(pyinfer_frames(frames, f"model={mlserver.grpc_url} {LABELS}"), local_boxes)
+    _same(pyinfer_frames(frames[:1], f"model={mlserver.http_url} {LABELS}"), local_boxes[:1])
+    remote = load_backend(mlserver.http_url)
+    try:
+        assert remote.info.input_size == (640, 640) and remote.info.extra["server_version"] == "mlserver 1.7.1"
+    finally:
+        remote.close()
 
 
 def test_metadata_from_the_server_and_batches_split_at_max_batch_size(triton: ServerProcess,

@@ -83,3 +83,27 @@ def start_pytriton(python: Path, onnx: Path, model: str, workdir: Path, *, nhwc_
     server = ServerProcess(argv, http, grpc, model, workdir / f"pytriton-{model}.log")
     server.wait_ready()
     return server
+
+
+def start_mlserver(python: Path, onnx: Path, model: str, workdir: Path) -> ServerProcess:
+    """MLServer (pure-Python KServe v2) serving ``onnx`` through ``mlserver_onnx/onnx_runtime.py``."""
+    import json
+    import shutil
+
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    root = workdir / "mlserver"
+    folder = root / model
+    folder.mkdir(parents=True)
+    shutil.copy(HERE / "mlserver_onnx" / "onnx_runtime.py", folder / "onnx_runtime.py")
+    (root / "settings.json").write_text(json.dumps({
+        "http_port": http, "grpc_port": grpc, "metrics_port": metrics, "host": "127.0.0.1", "parallel_workers": 0,
+        "grpc_max_message_length": 64 << 20,
+        "debug": False}))
+    (folder / "model-settings.json").write_text(json.dumps({
+        "name": model, "implementation": "onnx_runtime.OnnxModel", "parameters": {"uri": str(onnx)},
+        "inputs": [{"name": "images", "datatype": "FP32", "shape": [-1, 3, 640, 640]}],
+        "outputs": [{"name": "output0", "datatype": "FP32", "shape": [-1, 6, 8400]}]}))
+    server = ServerProcess([str(python.parent / "mlserver"), "start", str(root)], http, grpc, model,
+                           workdir / f"mlserver-{model}.log")
+    server.wait_ready()
+    return server

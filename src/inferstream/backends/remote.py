@@ -7,15 +7,16 @@ exactly as the same file would locally.
 
 What the model is comes from the server: the input's name, shape and datatype (model metadata), the largest batch
 (Triton's model config ``max_batch_size``), and labels, task and export size when the config's ``parameters``
-carry ultralytics' metadata keys (``names``, ``task``, ``imgsz``...). A server without the config extension
-(MLServer) gives the metadata only.
+carry ultralytics' metadata keys (``names``, ``task``, ``imgsz``...). The server's metadata lists its extensions:
+a server without the model-configuration one (MLServer) gives the model metadata only, and one without
+``binary_tensor_data`` gets JSON tensors over HTTP.
 
 Never a hang: every call has a deadline (``timeout`` seconds), a transport failure is retried ``retries`` times
 with a doubling pause, then the call fails with InferenceServerError naming the URL. A request the server
-refuses (wrong shape or type) is not retried. On a loopback server the input travels through a system
-shared-memory region registered with the server (``shm=auto``; ``shm=off`` to send it in the request); a server
-that cannot register it (MLServer) gets the request body instead, with one warning. Outputs always come back in
-the response.
+refuses (wrong shape or type) is not retried. On a loopback server with the ``system_shared_memory`` extension
+the input travels through a shared-memory region registered with the server (``shm=auto``; ``shm=off`` sends it in
+the request); if registering fails (a server in another IPC namespace) it goes in the request, with one warning.
+Outputs always come back in the response.
 """
 from __future__ import annotations
 
@@ -103,8 +104,13 @@ class TritonBackend:
     """One model on a KServe v2 server; call it with a torch batch, get torch outputs on ``device``."""
 
     def __init__(self, client: Any, spec: RemoteSpec, info: ModelInfo, device: torch.device, dtype: torch.dtype,
-                 input_name: str, output_names: list[str], max_batch: int | None) -> None:
+                 input_name: str, output_names: list[str], max_batch: int | None,
+                 extensions: frozenset[str] = frozenset()) -> None:
         self._client: Any = client
+        # tritonclient's HTTP client runs on gevent, whose hub belongs to one thread: a client made on the thread
+        # that loaded the model hangs when a streaming thread calls it. So each calling thread makes its own.
+        self._local = threading.local()
+        self._local.client = client
         self.spec = spec
         self.info = info
         self.device = device
@@ -114,7 +120,9 @@ class TritonBackend:
         self._max_batch = max_batch
         self._lock = threading.Lock()  # one request at a time: the shared-memory region is reused
         self._shm: _InputRegion | None = None
-        self._shm_ok = spec.shm == "auto" and spec.host in _LOOPBACK
+        self._shm_ok = spec.shm == "auto" and spec.host in _LOOPBACK and "system_shared_memory" in extensions
+        # over HTTP, tensors travel as raw bytes only where the server has Triton's binary extension (MLServer: JSON)
+        self._binary = spec.grpc or "binary_tensor_data" in extensions
 
     @classmethod
     def load(cls, spec: str, *, device: torch.device, precision: str = "auto",
@@ -130,6 +138,8 @@ class TritonBackend:
         remote = parse_spec(spec)
         client = _connect(remote)
         as_json = {"as_json": True} if remote.grpc else {}  # the HTTP client always answers with JSON
+        server = _ask(remote, "read the server's metadata", lambda **kw: client.get_server_metadata(**as_json, **kw))
+        extensions = frozenset(server.get("extensions", ()))
         meta = _ask(remote, "read the model's metadata", lambda **kw: client.get_model_metadata(
             remote.model, remote.version, **as_json, **kw))
         inputs, outputs = meta.get("inputs", []), meta.get("outputs", [])
@@ -146,15 +156,16 @@ class TritonBackend:
         if wanted is not None and wanted != dtype:
             raise ConfigError(f"precision={precision} but {remote.url} takes {datatype} input; the server's model "
                               "fixes it: use precision=auto")
-        config = _model_config(client, remote)
+        config = _model_config(client, remote) if "model_configuration" in extensions else {}
         max_batch = int(config.get("max_batch_size", 0)) or None
         static_batch = shape[0] if shape[0] > 0 and max_batch is None else None
         params = {k: str(v.get("string_value", "")) for k, v in (config.get("parameters") or {}).items()}
-        extra = {"input_name": name, "output_names": ",".join(o["name"] for o in outputs), "server": remote.url}
+        extra = {"input_name": name, "output_names": ",".join(o["name"] for o in outputs), "server": remote.url,
+                 "server_version": f"{server.get('name', '?')} {server.get('version', '?')}"}
         hw = (shape[2], shape[3]) if shape[2] > 0 and shape[3] > 0 else None
         info = info_from_export_metadata(parse_export_metadata(params), input_size=hw, static_batch=static_batch,
                                          extra=extra)
-        return cls(client, remote, info, device, dtype, name, [o["name"] for o in outputs], max_batch)
+        return cls(client, remote, info, device, dtype, name, [o["name"] for o in outputs], max_batch, extensions)
 
     def __call__(self, batch: Tensor) -> list[Tensor]:
         """Send one batch (in chunks of the server's largest batch) and return its outputs on ``self.device``.
@@ -191,27 +202,40 @@ class TritonBackend:
         self(torch.zeros(batch_size, 3, *input_size, dtype=self.dtype))
 
     def close(self) -> None:
-        """Unregister and free the shared-memory region, close the connection."""
-        client, self._client = self._client, None
-        if client is None:
+        """Unregister and free the shared-memory region, close the connection (gRPC; an HTTP client is tied to
+        the gevent hub of the thread that made it, so it is left to the garbage collector)."""
+        if self._client is None:
             return
+        client = self._thread_client()
+        self._client = None
         if self._shm is not None:
             self._shm.close(client)
             self._shm = None
-        try:
-            client.close()
-        except Exception:  # noqa: BLE001 - the server may be gone already; nothing is left to release here
-            _log.debug("closing the client of %s failed", self.spec.url, exc_info=True)
+        if self.spec.grpc:
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - the server may be gone already; nothing is left to release here
+                _log.debug("closing the client of %s failed", self.spec.url, exc_info=True)
 
     def _infer(self, x: np.ndarray) -> list[np.ndarray]:
         mod = _client_module(self.spec)
         request = mod.InferInput(self._input_name, list(x.shape), "FP16" if x.dtype == np.float16 else "FP32")
         if not (self._shm_ok and self._place_in_shm(x, request)):
-            request.set_data_from_numpy(x)
-        outputs = [mod.InferRequestedOutput(n) for n in self._output_names]
-        result = _ask(self.spec, "infer", lambda **kw: self._client.infer(
+            request.set_data_from_numpy(x, **({} if self.spec.grpc else {"binary_data": self._binary}))
+        binary = {} if self.spec.grpc else {"binary_data": self._binary}
+        outputs = [mod.InferRequestedOutput(n, **binary) for n in self._output_names]
+        client = self._thread_client()
+        result = _ask(self.spec, "infer", lambda **kw: client.infer(
             self.spec.model, [request], model_version=self.spec.version, outputs=outputs, **kw), runtime=True)
         return [np.asarray(result.as_numpy(n)) for n in self._output_names]
+
+    def _thread_client(self) -> Any:
+        """The client for the calling thread (gRPC's is thread-safe and shared; HTTP's is made per thread)."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._client if self.spec.grpc else _new_client(self.spec)
+            self._local.client = client
+        return client
 
     def _place_in_shm(self, x: np.ndarray, request: Any) -> bool:
         """Copy ``x`` into the registered region and point the request at it; False (once warned) if the server
@@ -219,9 +243,9 @@ class TritonBackend:
         try:
             if self._shm is None or self._shm.size < x.nbytes:
                 if self._shm is not None:
-                    self._shm.close(self._client)
+                    self._shm.close(self._thread_client())
                 self._shm = None
-                self._shm = _InputRegion.create(self._client, self.spec, x.nbytes)
+                self._shm = _InputRegion.create(self._thread_client(), self.spec, x.nbytes)
             self._shm.write(x)
         except Exception as exc:  # noqa: BLE001 - any failure here only costs the fast path
             self._shm_ok = False
@@ -278,16 +302,18 @@ def _client_module(spec: RemoteSpec) -> Any:
     return mod
 
 
-def _connect(spec: RemoteSpec) -> Any:
-    """A client whose server is live and whose model is ready, or BackendInitError naming the URL."""
+def _new_client(spec: RemoteSpec) -> Any:
     mod = _client_module(spec)
     address = f"{spec.host}:{spec.port}" if ":" not in spec.host else f"[{spec.host}]:{spec.port}"
     ssl = spec.scheme in ("grpcs", "https")
     if spec.grpc:
-        client = mod.InferenceServerClient(address, ssl=ssl)
-    else:
-        client = mod.InferenceServerClient(address, ssl=ssl, connection_timeout=spec.timeout,
-                                           network_timeout=spec.timeout)
+        return mod.InferenceServerClient(address, ssl=ssl)
+    return mod.InferenceServerClient(address, ssl=ssl, connection_timeout=spec.timeout, network_timeout=spec.timeout)
+
+
+def _connect(spec: RemoteSpec) -> Any:
+    """A client whose server is live and whose model is ready, or BackendInitError naming the URL."""
+    client = _new_client(spec)
     try:
         live = _ask(spec, "reach the server", lambda **kw: client.is_server_live(**kw), attempts=1,
                     runtime=True)
@@ -319,12 +345,10 @@ def _model_names(client: Any, spec: RemoteSpec) -> str:
 
 
 def _model_config(client: Any, spec: RemoteSpec) -> dict[str, Any]:
-    """Triton's model config (max_batch_size, parameters), or {} from a server without that extension."""
+    """Triton's model config (max_batch_size, parameters); only asked of a server with that extension."""
     as_json = {"as_json": True} if spec.grpc else {}
-    try:
-        config = client.get_model_config(spec.model, spec.version, **as_json, **_timeout_kw(spec))
-    except Exception:  # noqa: BLE001 - MLServer implements no model-config endpoint: the metadata must do
-        return {}
+    config = _ask(spec, "read the model's config", lambda **kw: client.get_model_config(
+        spec.model, spec.version, **as_json, **kw))
     return dict(config.get("config", config))
 
 
