@@ -152,3 +152,13 @@ def test_server_gone_mid_run_is_an_element_error_after_bounded_retries(person_on
         assert server.grpc_url in result.errors[0] and "infer failed after 3 attempt(s)" in result.errors[0]
     finally:
         server.close()
+
+
+def test_app_config_runs_a_remote_model(triton: ServerProcess, vtest: Path) -> None:
+    from inferstream.app.api import run
+
+    cfg = {"sources": [{"id": "cam0", "file": str(vtest), "max-frames": 2}],
+           "infer": {"model": triton.grpc_url + "?timeout=20", "labels": "Normal,Fall"}}
+    result = run(cfg)
+    assert result.exit_code == 0 and not result.errors, result.errors
+    assert result.frames == {"cam0": 2}
