@@ -28,3 +28,7 @@ class UnsupportedFormatError(InferstreamError):
 
 class MetaWriteError(InferstreamError):
     """Writing analytics metadata to a buffer failed."""
+
+
+class InferenceServerError(InferstreamError):
+    """A remote inference server (Triton, KServe v2) failed a request, or stayed unreachable through the retries."""

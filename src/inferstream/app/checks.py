@@ -94,6 +94,8 @@ def _nvinfer_file(path: KeyPath, config_file: str) -> list[Problem]:
 
 
 def _looks_like_file(model: str) -> bool:
+    if "://" in model:  # a model on an inference server (grpc://host:8001/name): the backend checks it
+        return False
     return model.endswith(MODEL_SUFFIXES) or os.sep in model or model.startswith(".")
 
 

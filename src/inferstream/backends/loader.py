@@ -10,6 +10,7 @@ TorchScript ``config.txt``) into ModelInfo; they live here because both runtimes
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import re
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 _RUNTIMES: Final[dict[str, str]] = {
     "torch": "inferstream.backends.torch_backend:TorchBackend",
     "onnxruntime": "inferstream.backends.onnxrt:OnnxRuntimeBackend",
+    "triton": "inferstream.backends.remote:TritonBackend",
 }
 # file suffix (lower case) -> runtime name.
 _BY_SUFFIX: Final[dict[str, str]] = {
@@ -41,6 +43,8 @@ _BY_SUFFIX: Final[dict[str, str]] = {
 BACKEND_CHOICES: Final = ("auto", *_RUNTIMES)
 PRECISIONS: Final = ("auto", "fp32", "fp16")
 GRAPH_MODES: Final = ("auto", "off", "cuda-graph")
+# a remote inference server's model (KServe v2): the spec is a URL with one of these schemes
+REMOTE_SCHEMES: Final = ("grpc", "grpcs", "http", "https")
 # ``pkg.mod:attr`` or ``some/file.py:attr``; a spec naming an existing file is always a file, never a factory.
 _FACTORY_RE: Final = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|.+\.py):(?P<attr>[A-Za-z_][\w.]*)$")
 
@@ -57,13 +61,15 @@ def load_backend(
     """Load a model and return it ready to run on ``device``.
 
     Args:
-        spec: a model file (``.onnx`` runs on onnxruntime; ``.pt``/``.pth``/``.torchscript`` on torch) or a
+        spec: a model file (``.onnx`` runs on onnxruntime; ``.pt``/``.pth``/``.torchscript`` on torch), a
             factory ``package.module:callable`` / ``path/to/file.py:callable`` that returns a ``torch.nn.Module``
-            or any callable taking the ``Tensor[B, 3, H, W]`` batch.
+            or any callable taking the ``Tensor[B, 3, H, W]`` batch, or a model on a KServe v2 server
+            (``grpc://host:8001/name``, ``http://host:8000/name``; see ``backends.remote``).
         device: torch device string ("cpu", "cuda", "cuda:1").
         precision: "auto" (fp16 on CUDA, fp32 on CPU), "fp32" or "fp16". An ONNX file's precision is fixed by the
             file: "auto" follows it and a contradicting explicit choice is refused.
-        backend: "auto" (by suffix), "torch" or "onnxruntime" to force a runtime whatever the suffix says.
+        backend: "auto" (by suffix or URL scheme), "torch" or "onnxruntime" to force a runtime whatever the suffix
+            says, "triton" for a remote server (a spec without a scheme is then ``host:port/name`` over gRPC).
         trust_checkpoint: allow full unpickling of a torch checkpoint (runs code named by the file; see
             ``torch_backend``). Needed for ultralytics ``.pt`` files.
         graph: CUDA graphs for the torch runtime on a CUDA device: "auto" (captured per batch shape for
@@ -89,6 +95,15 @@ def load_backend(
     dev = _parse_device(device)
     if graph == "cuda-graph" and dev.type != "cuda":
         raise ConfigError(f"graph=cuda-graph needs a CUDA device, got device={device!r}")
+    scheme = spec.partition("://")[0].lower() if "://" in spec else ""
+    if scheme in REMOTE_SCHEMES or backend == "triton":
+        if backend not in ("auto", "triton"):
+            raise ConfigError(f"{spec!r} names a remote inference server; use backend=auto or backend=triton")
+        if graph == "cuda-graph":
+            raise ConfigError("graph=cuda-graph needs the torch backend; a remote model runs on its server")
+        remote: Backend = _runtime_class("triton").load(spec, device=dev, precision=precision,
+                                                        trust_checkpoint=trust_checkpoint)
+        return remote
     path = Path(spec).expanduser()
     if not path.exists() and (match := _FACTORY_RE.match(spec)):
         if backend == "onnxruntime":
@@ -180,6 +195,28 @@ def size_hw(imgsz: object) -> tuple[int, int] | None:
     if isinstance(imgsz, (list, tuple)) and len(imgsz) == 2 and all(isinstance(v, int) and v > 0 for v in imgsz):
         return int(imgsz[0]), int(imgsz[1])
     return None
+
+
+# metadata keys whose values are Python literals; the rest (task, description...) are plain text.
+_LITERAL_KEYS: Final = ("names", "imgsz", "end2end", "args", "stride", "batch", "kpt_shape", "channels")
+
+
+def parse_export_metadata(raw: Mapping[str, str]) -> dict[str, object]:
+    """Text metadata (ONNX ``custom_metadata_map``, a Triton model config's parameters) to Python values.
+
+    Literal keys are parsed with ``ast.literal_eval``, never ``eval``: the text is data, not code. An unparsable
+    value is dropped: better no labels than wrong ones.
+    """
+    meta: dict[str, object] = {}
+    for key, value in raw.items():
+        if key in _LITERAL_KEYS:
+            try:
+                meta[key] = ast.literal_eval(value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                continue
+        else:
+            meta[key] = value
+    return meta
 
 
 def info_from_export_metadata(

@@ -1,8 +1,7 @@
 """Run an ONNX model on onnxruntime, with torch tensors in and out.
 
 What the model is comes from the file: input size and batch from the graph when they are fixed, class names,
-task and end-to-end flag from the ``custom_metadata_map`` ultralytics writes (parsed with ``ast.literal_eval``,
-never ``eval``: the file is data, not code). The input dtype is the graph's, so an fp16 export gets fp16 input.
+task and end-to-end flag from the ``custom_metadata_map`` ultralytics writes (``parse_export_metadata``). The input dtype is the graph's, so an fp16 export gets fp16 input.
 
 On CUDA with the CUDA execution provider, IO binding hands onnxruntime the torch tensor's device pointer and
 returns its outputs through DLPack: pixels never visit the host. On CPU the torch tensor and the numpy array
@@ -10,7 +9,6 @@ share memory in both directions. A graph with a fixed batch runs larger batches 
 """
 from __future__ import annotations
 
-import ast
 import logging
 import os
 from pathlib import Path
@@ -20,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from inferstream.backends.loader import info_from_export_metadata
+from inferstream.backends.loader import info_from_export_metadata, parse_export_metadata
 from inferstream.errors import BackendInitError, ConfigError, ModelNotFoundError, UnsupportedModelError
 
 if TYPE_CHECKING:
@@ -41,8 +39,6 @@ _NUMPY_DTYPES: Final[dict[torch.dtype, type]] = {
 # onnxruntime exception class names (onnxruntime.capi.onnxruntime_pybind11_state) that mean "not a model".
 _NOT_A_MODEL: Final = frozenset({"InvalidProtobuf", "InvalidGraph", "NoModel"})
 _NOT_FOUND: Final = frozenset({"NoSuchFile", "NotFound"})
-# metadata keys whose values are Python literals; the rest (task, description...) are plain text.
-_LITERAL_KEYS: Final = ("names", "imgsz", "end2end", "args", "stride", "batch", "kpt_shape", "channels")
 
 
 class OnnxRuntimeBackend:
@@ -215,15 +211,7 @@ def _static(dim: object) -> bool:
 def _model_info(session: ort.InferenceSession, shape: list[object]) -> ModelInfo:
     """ModelInfo from the graph (fixed sizes) and the metadata map (labels, task, end2end, export size)."""
     raw: dict[str, str] = dict(session.get_modelmeta().custom_metadata_map)
-    meta: dict[str, object] = {}
-    for key, value in raw.items():
-        if key in _LITERAL_KEYS:
-            try:
-                meta[key] = ast.literal_eval(value)
-            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                continue  # an unparsable value says nothing; better no labels than wrong ones
-        else:
-            meta[key] = value
+    meta = parse_export_metadata(raw)
     h, w = shape[2], shape[3]
     graph_hw = (int(h), int(w)) if _static(h) and _static(w) else None  # type: ignore[call-overload]
     extra = dict(raw)

@@ -128,7 +128,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     __gsttemplates__ = video_templates(with_nvmm_if_available(cuda_or_system_video_caps()))
 
     model = props.string("Model", "Model file (.onnx, .pt/.pth TorchScript or checkpoint, ultralytics .pt) or "
-                         "package.module:factory returning a torch.nn.Module; settable while PLAYING (hot swap: "
+                         "package.module:factory returning a torch.nn.Module, or a model on a KServe v2 server (Triton): "
+                         "grpc://host:8001/name or http://host:8000/name; settable while PLAYING (hot swap: "
                          "reads the new model while it loads, and the running one again if it fails)",
                          mutable_playing=True)
     model_family = props.choice("Model family", "Preprocessing + output decoder; auto detects it from the output "
@@ -147,7 +148,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     device = props.string("Device", "Torch device: cpu, cuda, cuda:N", "cpu")
     precision = props.choice("Precision", "Compute precision; auto is fp16 on CUDA, fp32 on CPU",
                              PRECISIONS, "auto")
-    backend = props.choice("Backend", "Runtime; auto picks by file type", BACKEND_CHOICES, "auto")
+    backend = props.choice("Backend", "Runtime; auto picks by file type or URL", BACKEND_CHOICES, "auto")
     trust_checkpoint = props.boolean("Trust checkpoint", "Allow full unpickling of .pt checkpoints (ultralytics "
                                      "files need it). Unpickling runs code from the file: only for files you trust",
                                      False)

@@ -1,0 +1,96 @@
+"""Remote inference (KServe v2: Triton, MLServer) against the local ONNX backend, side by side in one run (CPU).
+
+    python bench/remote_infer.py [--frames 60] [--calls 30]
+
+The same person detector ONNX runs locally (onnxruntime in the pipeline's process) and on servers started here from
+``.triton-venv`` (PyTriton's tritonserver with onnxruntime in its Python callable; MLServer with an onnxruntime
+runtime), on the same machine. Per row: pipeline frames/s (``bench/pyinfer_cpu.py``'s pipeline: vtest.avi decoded,
+pyinfer, fakesink) and the backend's median time per call on a ready 640x640 batch of 1; the added latency is
+that median minus the local one (transport, (de)serialisation, the server's scheduling). Server and client share
+the machine's cores, as an edge box running its own Triton would.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gi
+
+gi.require_version("Gst", "1.0")
+from gi.repository import Gst
+from pyinfer_cpu import pipeline_fps
+
+from inferstream.data import person_detector
+
+RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+LABELS = "labels=Normal,Fall"
+
+
+def call_ms(spec: str, calls: int) -> float:
+    """Median milliseconds of one backend call on a ready batch of 1."""
+    import torch
+
+    from inferstream.backends.loader import load_backend
+
+    backend = load_backend(spec)
+    x = torch.rand((1, 3, 640, 640), dtype=backend.dtype)
+    for _ in range(3):
+        backend(x)
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        backend(x)
+        times.append(time.perf_counter() - t0)
+    backend.close()
+    return 1000 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frames", type=int, default=60)
+    parser.add_argument("--calls", type=int, default=30)
+    args = parser.parse_args()
+    Gst.init(None)
+    from servers.launch import start_mlserver, start_pytriton, venv_python
+
+    python = venv_python()
+    if python is None:
+        raise SystemExit("no .triton-venv: run ./setup")
+    onnx = person_detector("onnx")
+    work = Path(tempfile.mkdtemp(prefix="remote-bench-"))
+    triton = start_pytriton(python, onnx, "person", work)
+    mlserver = start_mlserver(python, onnx, "person", work)
+    try:
+        cases = [("local ONNX Runtime (in process)", str(onnx), LABELS),
+                 ("Triton gRPC, system shm", triton.grpc_url, LABELS),
+                 ("Triton gRPC, in the request", triton.grpc_url + "?shm=off", LABELS),
+                 ("Triton HTTP, binary tensors", triton.http_url + "?shm=off", LABELS),
+                 ("MLServer gRPC", mlserver.grpc_url, LABELS),
+                 ("MLServer HTTP (JSON tensors)", mlserver.http_url, LABELS)]
+        rows = []
+        for name, spec, props in cases:
+            ms = call_ms(spec, args.calls)
+            fps = pipeline_fps(spec, args.frames, props)  # type: ignore[arg-type]
+            rows.append((name, fps, ms))
+            print(f"{name}: {fps:.2f} frames/s, {ms:.1f} ms per call", flush=True)
+    finally:
+        triton.close()
+        mlserver.close()
+    local_ms = rows[0][2]
+    lines = [(f"{args.frames} frames of vtest.avi (768x576) through pyinfer, batch 1; backend call median of "
+             f"{args.calls} on a ready 640x640 batch"), "",
+             "| backend | pipeline (frames/s) | call median (ms) | added latency (ms) |", "|---|---|---|---|"]
+    lines += [f"| {name} | {fps:.2f} | {ms:.1f} | {ms - local_ms:+.1f} |" for name, fps, ms in rows]
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "remote_infer.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
