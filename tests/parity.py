@@ -9,6 +9,7 @@ import math
 
 import gi
 import numpy as np
+import torch
 from gst_helpers import run_pipeline
 from scipy.optimize import linear_sum_assignment
 
@@ -126,3 +127,16 @@ def gap_threshold(scores: np.ndarray, frames: int) -> float:
     k = np.arange(10 * frames, min(40 * frames, len(scores) - 1))
     best = k[np.argmax(scores[k] - scores[k + 1])]
     return float((scores[best] + scores[best + 1]) / 2)
+
+
+def randomise_yolo(model: torch.nn.Module, seed: int) -> None:
+    """Seeded variance-preserving conv weights so every anchor scores differently (ultralytics' default init makes
+    all scores tie); the DFL projection keeps its fixed 0..15 weights, so box sides stay non-negative."""
+    gen = torch.Generator().manual_seed(seed)
+    dfl = {id(m.conv) for m in model.modules() if type(m).__name__ == "DFL"}
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Conv2d) and id(mod) not in dfl:
+                mod.weight.copy_(torch.randn(mod.weight.shape, generator=gen) * math.sqrt(2.0 / mod.weight[0].numel()))
+                if mod.bias is not None:
+                    mod.bias.copy_(torch.randn(mod.bias.shape, generator=gen) - 1.0)

@@ -134,7 +134,7 @@ class Detector:
         import torch
 
         from inferstream.detections import Detections
-        from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_xyxy
+        from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_keypoints, unletterbox_xyxy
 
         with torch.inference_mode(), _on_stream(self._stream):
             exact, resize_first = _PREPROCESS[self.cfg.preprocess]
@@ -148,7 +148,11 @@ class Detector:
                                          std=spec.std if spec.normalises else None)
             outputs = self.backend(batch)
             params = params or self.cfg.params
-            if hasattr(self.decoder, "flat"):  # the built-in decoders: rows of the whole batch, split on the host
+            coeffs = None
+            if hasattr(self.decoder, "flat_masked"):  # instance masks: assembled once the boxes are in frame pixels
+                image_ids, rows, coeffs = self.decoder.flat_masked(outputs, params)
+                merged, image_ids = to_host(rows, image_ids)
+            elif hasattr(self.decoder, "flat"):  # the built-in decoders: rows of the whole batch, split on the host
                 image_ids, rows = self.decoder.flat(outputs, params)
                 merged, image_ids = to_host(rows, image_ids)
             else:  # a user's postprocess: one Detections per frame
@@ -164,7 +168,16 @@ class Detector:
         if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
             sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32)[image_ids]
             boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
-        return replace(merged, boxes_xyxy=boxes).split(counts)
+        merged = replace(merged, boxes_xyxy=boxes)
+        if merged.keypoints is not None:
+            merged = replace(merged, keypoints=unletterbox_keypoints(merged.keypoints, lb, image_ids, frames))
+        if coeffs is not None:
+            from inferstream.ops.masks import attach_masks
+
+            with torch.inference_mode(), _on_stream(self._stream):
+                merged, counts = attach_masks(merged, counts, self.decoder.split_outputs(outputs)[1], coeffs,
+                                              [(f.height, f.width) for f in frames])
+        return merged.split(counts)
 
     def close(self) -> None:
         self.backend.close()
@@ -219,11 +232,16 @@ def to_host(dets: Detections, image_ids: torch.Tensor | None = None) -> tuple[De
     if dets.boxes_xyxy.device.type == "cpu":
         return dets, None if image_ids is None else image_ids.cpu()
     optional = [t for t in (image_ids, dets.angles_rad, dets.track_ids) if t is not None]
+    kpts = dets.keypoints
     packed = torch.cat([dets.boxes_xyxy.double(), dets.scores.double()[:, None], dets.labels.double()[:, None],
-                        *(t.double()[:, None] for t in optional)], dim=1).cpu()
-    extra = iter(packed[:, 6:].unbind(1))
+                        *(t.double()[:, None] for t in optional),
+                        *(() if kpts is None else (kpts.double().flatten(1),))], dim=1).cpu()
+    extra = iter(packed[:, 6 : 6 + len(optional)].unbind(1))
     host_ids = next(extra).long() if image_ids is not None else None
     host = Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
                       angles_rad=next(extra).float() if dets.angles_rad is not None else None,
-                      track_ids=next(extra).long() if dets.track_ids is not None else None)
+                      track_ids=next(extra).long() if dets.track_ids is not None else None,
+                      masks=dets.masks,  # only host crops reach here: masks are assembled after this copy
+                      keypoints=None if kpts is None else
+                      packed[:, 6 + len(optional):].float().reshape(kpts.shape).contiguous())
     return host, host_ids
