@@ -431,7 +431,11 @@ class _InferJob:
         from inferstream.meta.gstanalytics import write_detections
 
         el = self.element
-        write_detections(self.buf, dets, el._label_quarks(detector.labels), el._producer)
+        ids = write_detections(self.buf, dets, el._label_quarks(detector.labels), el._producer)
+        if dets.masks is not None or dets.keypoints is not None:
+            from inferstream.meta.instances import write_instances
+
+            write_instances(self.buf, dets, ids)
         follower = el._follower
         return None if follower is None else (follower[0], (follower[1], self.buf))
 
