@@ -16,7 +16,10 @@ from inferstream.elements._caps import system_video_caps, video_templates  # noq
 from inferstream.elements._errors import post_error  # noqa: E402
 
 if TYPE_CHECKING:
+    from inferstream.detections import Detections
+    from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
+    from inferstream.ops.draw import Color
 
 
 class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
@@ -25,7 +28,8 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
         "inferstream on-screen display",
         "Filter/Effect/Video",
         "Draws the frame's GstAnalytics object detections: boxes, oriented boxes as rotated polygons, labels with "
-        "confidence and track ids (stable colour per id) on system-memory video, in place",
+        "confidence and track ids (stable colour per id), instance masks (alpha blend) and keypoint skeletons on "
+        "system-memory video, in place",
         "inferstream",
     )
     __gsttemplates__ = video_templates(system_video_caps())
@@ -35,15 +39,25 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
     show_labels = props.boolean("Show labels", "Draw the label text above each box", True)
     show_confidence = props.boolean("Show confidence", "Append the confidence to the label", True)
     show_track_ids = props.boolean("Show track ids", "Append #id of tracked objects; colour by track id", True)
+    mask_alpha = props.number("Mask alpha", "Opacity of instance masks (0: not drawn)", 0.5, 0.0, 1.0)
+    skeleton = props.string("Skeleton", "Limbs between keypoints: 'coco17', '' (dots only) or 0-based pairs "
+                            "'a-b,c-d,...'", "coco17")
+    keypoint_threshold = props.number("Keypoint threshold", "Draw keypoints scoring at least this", 0.5, 0.0, 1.0)
 
     def __init__(self) -> None:
         super().__init__()
         self.set_in_place(True)
         self._format: FrameFormat | None = None  # what mapping needs, read once per caps
+        self._edges: tuple[tuple[int, int], ...] = ()  # the skeleton's limbs, read once per caps
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
         from inferstream.frames.system import frame_format
 
+        try:
+            self._edges = skeleton_edges(self.skeleton)
+        except ValueError as exc:
+            post_error(self, exc, "bad skeleton property")
+            return False
         info = GstVideo.VideoInfo.new_from_caps(incaps)
         self._format = None if info is None else frame_format(info)
         return self._format is not None
@@ -63,6 +77,7 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
             colors = [id_color(t if t >= 0 and self.show_track_ids else 1000 + lab) for t, lab in zip(tracks, labels)]
             texts = [self._text(meta.label_names[lab], score, t) for lab, score, t in zip(labels, scores, tracks)]
             with mapped_frame(buf, self._format, writable=True) as frame:
+                self._draw_instances(frame, dets, colors)
                 draw_detections(frame, dets.boxes_xyxy, dets.angles_rad, colors, texts, self.line_width,
                                 self.font_scale)
         except Exception as exc:  # the C boundary (R8)
@@ -70,11 +85,36 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
             return Gst.FlowReturn.ERROR
         return Gst.FlowReturn.OK
 
+    def _draw_instances(self, frame: RawFrame, dets: Detections, colors: list[Color]) -> None:
+        """Masks under the boxes, skeletons on top of the masks, in each object's colour."""
+        from inferstream.ops.draw import blend_mask, draw_skeleton
+
+        if dets.masks is not None and self.mask_alpha > 0:
+            origins = dets.boxes_xyxy[:, :2].round().int().tolist()
+            for mask, (x, y), color in zip(dets.masks, origins, colors):
+                blend_mask(frame, x, y, mask, color, self.mask_alpha)
+        if dets.keypoints is not None:
+            for kpts, color in zip(dets.keypoints, colors):
+                draw_skeleton(frame, kpts, self._edges, color, self.keypoint_threshold, self.line_width)
+
     def _text(self, label: str, score: float, track_id: int) -> str:
         if not self.show_labels:
             return ""
         text = f"{label} {score:.2f}" if self.show_confidence else label
         return f"{text} #{track_id}" if track_id >= 0 and self.show_track_ids else text
+
+
+def skeleton_edges(text: str) -> tuple[tuple[int, int], ...]:
+    """The ``skeleton`` property as 0-based keypoint pairs."""
+    from inferstream.ops.draw import COCO17_SKELETON
+
+    text = text.strip()
+    if text == "coco17":
+        return COCO17_SKELETON
+    try:
+        return tuple((int(a), int(b)) for a, b in (pair.split("-") for pair in text.split(",") if pair.strip()))
+    except ValueError as exc:
+        raise ValueError(f"skeleton={text!r}: expected 'coco17', '' or pairs like '0-1,1-2'") from exc
 
 
 GObject.type_register(PyOsd)
