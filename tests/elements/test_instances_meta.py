@@ -148,3 +148,29 @@ def test_pytracker_keeps_masks_with_their_boxes(seg_model: Path, vtest: Path) ->
             placed = np.zeros((576, 768), bool)
             placed[y : y + d.masks[i].shape[0], x : x + d.masks[i].shape[1]] = d.masks[i].numpy() > 0
             assert np.array_equal(placed, ref["masks"][j])
+
+
+def _decode_rle(size: list[int], counts: list[int]) -> np.ndarray:
+    """COCO's uncompressed RLE decoded from its definition: alternating 0/1 runs, column-major."""
+    h, w = size
+    flat = np.repeat(np.arange(len(counts)) % 2, counts).astype(np.uint8)
+    return flat.reshape(w, h).T
+
+
+def test_pymsgconv_payloads_carry_masks_as_rle_and_keypoints() -> None:
+    import json
+
+    from inferstream.messaging.schema import validate
+    from inferstream.meta.payload import read_payloads
+
+    inject("msg", _attach)
+    result = run_pipeline(SRC + " ! testinject name=msg ! pymsgconv name=conv schema=inferstream-frame "
+                                "frame-interval=1 ! fakesink", {"conv": read_payloads})
+    assert not result.errors, result.errors
+    (doc,) = [json.loads(p) for p in result.seen["conv"][0][0].payloads]
+    validate(doc, "inferstream-frame")
+    want = _known()
+    for obj, mask, kpts, box in zip(doc["objects"], want.masks, want.keypoints, want.boxes_xyxy):
+        assert obj["mask"]["origin"] == box[:2].int().tolist() and obj["mask"]["size"] == list(mask.shape)
+        assert np.array_equal(_decode_rle(obj["mask"]["size"], obj["mask"]["counts"]), mask.numpy())
+        assert np.allclose(obj["keypoints"], kpts.numpy(), atol=0.01)

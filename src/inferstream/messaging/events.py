@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from inferstream.detections import Detections
 
 
@@ -26,6 +28,10 @@ class ObjectEvent:
             the unrotated box, the rotation is ``angle_rad``.
         angle_rad: clockwise rotation of an oriented box in radians, ``None`` for axis-aligned boxes.
         track_id: tracker id, ``None`` when the object is not tracked.
+        mask: the instance mask as ``(x, y, height, width, counts)``: COCO's uncompressed RLE of the box-sized crop
+            placed with its top-left pixel at (x, y) of the frame — column-major runs, the first one of zeros (see
+            :func:`mask_rle`). ``None`` without a mask.
+        keypoints: ``((x, y, score), ...)`` in frame pixels, ``None`` without keypoints.
     """
 
     label: str
@@ -34,6 +40,8 @@ class ObjectEvent:
     bbox: tuple[float, float, float, float]
     angle_rad: float | None = None
     track_id: int | None = None
+    mask: tuple[int, int, int, int, tuple[int, ...]] | None = None
+    keypoints: tuple[tuple[float, float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.bbox) != 4:
@@ -116,10 +124,28 @@ class FrameEvent:
         class_ids = dets.labels.tolist()
         angles = dets.angles_rad.tolist() if dets.angles_rad is not None else [None] * len(boxes)
         tracks = dets.track_ids.tolist() if dets.track_ids is not None else [-1] * len(boxes)
+        masks = [None] * len(boxes) if dets.masks is None else [
+            (*origin, *crop.shape, mask_rle(crop.numpy())) for origin, crop in
+            zip(dets.boxes_xyxy[:, :2].round().int().tolist(), dets.masks)]
+        kpts = [None] * len(boxes) if dets.keypoints is None else [tuple(map(tuple, k)) for k in
+                                                                    dets.keypoints.tolist()]
         objects = []
-        for box, score, cid, angle, tid in zip(boxes, scores, class_ids, angles, tracks):
+        for box, score, cid, angle, tid, mask, kp in zip(boxes, scores, class_ids, angles, tracks, masks, kpts):
             if not 0 <= cid < len(labels):
                 raise ValueError(f"class index {cid} outside the label list of {len(labels)} labels")
             objects.append(ObjectEvent(labels[cid], cid, min(max(score, 0.0), 1.0), tuple(box), angle,
-                                       None if tid < 0 else tid))
+                                       None if tid < 0 else tid, mask, kp))
         return cls(stream_id, source_id, frame_number, pts_ns, ntp_ns, width, height, tuple(objects))
+
+
+def mask_rle(mask: np.ndarray) -> tuple[int, ...]:
+    """COCO's uncompressed RLE ``counts`` of a 2-D 0/1 mask: alternating run lengths of 0s and 1s over the pixels in
+    column-major (Fortran) order, the first run of 0s (0 when the first pixel is set). ``pycocotools`` reads it as
+    ``{"size": [h, w], "counts": counts}``."""
+    import numpy as np
+
+    flat = (np.asarray(mask).T.reshape(-1) != 0).astype(np.int8)
+    change = np.flatnonzero(np.diff(flat)) + 1
+    bounds = np.concatenate(([0], change, [flat.size]))
+    runs = np.diff(bounds).tolist()
+    return tuple([0, *runs] if flat.size and flat[0] else runs)
