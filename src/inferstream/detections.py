@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from itertools import repeat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -76,8 +76,8 @@ class Detections:
 
     def __getitem__(self, keep: Tensor | slice) -> Detections:
         """Rows selected by a bool mask [N], an int64 index [K] or a slice."""
-        return Detections.trusted(*(None if (t := getattr(self, name)) is None else _rows_of(t, keep)
-                                    for name in _FIELD_NAMES))
+        rows: list[Any] = [None if (t := getattr(self, name)) is None else _rows_of(t, keep) for name in _FIELD_NAMES]
+        return Detections.trusted(*rows)
 
     @property
     def oriented(self) -> bool:
@@ -85,9 +85,10 @@ class Detections:
 
     def to(self, device: torch.device | str) -> Detections:
         """The same detections on another device (one copy per field)."""
-        return Detections(**{f.name: None if (t := getattr(self, f.name)) is None
-                             else tuple(m.to(device) for m in t) if isinstance(t, tuple) else t.to(device)
-                             for f in fields(self)})
+        moved: dict[str, Any] = {f.name: None if (t := getattr(self, f.name)) is None
+                                 else tuple(m.to(device) for m in t) if isinstance(t, tuple) else t.to(device)
+                                 for f in fields(self)}
+        return Detections(**moved)
 
     def with_track_ids(self, track_ids: Tensor) -> Detections:
         _expect(track_ids, "track_ids", (len(self),), torch.int64)
@@ -110,9 +111,10 @@ class Detections:
         """Concatenate rows of several Detections (same optional fields, same device)."""
         if not parts:
             return cls.empty()
-        return cls(**{f.name: None if (first := getattr(parts[0], f.name)) is None
-                      else sum((getattr(p, f.name) for p in parts), ()) if isinstance(first, tuple)
-                      else torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)})
+        joined: dict[str, Any] = {f.name: None if (first := getattr(parts[0], f.name)) is None
+                                  else sum((getattr(p, f.name) for p in parts), ()) if isinstance(first, tuple)
+                                  else torch.cat([getattr(p, f.name) for p in parts]) for f in fields(cls)}
+        return cls(**joined)
 
     def split(self, counts: list[int]) -> list[Detections]:
         """Inverse of ``merge``: consecutive row groups of the given sizes (``counts`` must sum to ``len(self)``).

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from inferstream.errors import ConfigError, UnsupportedModelError
 from inferstream.models.base import DecodeParams
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from inferstream.backends.base import Backend
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
-    from inferstream.models.base import Decoder
+    from inferstream.models.base import Decoder, MaskedDecoder
 
 DEFAULT_INPUT_SIZE = (640, 640)
 # preprocess mode -> preprocess_batch(exact=..., resize_first=...)
@@ -148,12 +148,14 @@ class Detector:
                                          std=spec.std if spec.normalises else None)
             outputs = self.backend(batch)
             params = params or self.cfg.params
-            coeffs = None
-            if hasattr(self.decoder, "flat_masked"):  # instance masks: assembled once the boxes are in frame pixels
-                image_ids, rows, coeffs = self.decoder.flat_masked(outputs, params)
+            coeffs = protos = None
+            if hasattr(self.decoder, "flat") and not hasattr(self.decoder, "flat_masked"):  # the built-in decoders:
+                image_ids, rows = self.decoder.flat(outputs, params)  # rows of the whole batch, split on the host
                 merged, image_ids = to_host(rows, image_ids)
-            elif hasattr(self.decoder, "flat"):  # the built-in decoders: rows of the whole batch, split on the host
-                image_ids, rows = self.decoder.flat(outputs, params)
+            elif hasattr(self.decoder, "flat_masked"):  # instance masks: assembled once the boxes are in frame pixels
+                masked = cast("MaskedDecoder", self.decoder)
+                image_ids, rows, coeffs = masked.flat_masked(outputs, params)
+                protos = masked.split_outputs(outputs)[1]
                 merged, image_ids = to_host(rows, image_ids)
             else:  # a user's postprocess: one Detections per frame
                 per_frame = self.decoder(outputs, params)
@@ -171,12 +173,11 @@ class Detector:
         merged = replace(merged, boxes_xyxy=boxes)
         if merged.keypoints is not None:
             merged = replace(merged, keypoints=unletterbox_keypoints(merged.keypoints, lb, image_ids, frames))
-        if coeffs is not None:
+        if coeffs is not None and protos is not None:
             from inferstream.ops.masks import attach_masks
 
             with torch.inference_mode(), _on_stream(self._stream):
-                merged, counts = attach_masks(merged, counts, self.decoder.split_outputs(outputs)[1], coeffs,
-                                              [(f.height, f.width) for f in frames])
+                merged, counts = attach_masks(merged, counts, protos, coeffs, [(f.height, f.width) for f in frames])
         return merged.split(counts)
 
     def close(self) -> None:

@@ -46,7 +46,7 @@ def _attach(buf: Gst.Buffer, _index: int) -> None:
 
 
 def _rgb(buf: Gst.Buffer) -> np.ndarray:
-    ok, m = buf.map(Gst.MapFlags.READ)
+    _, m = buf.map(Gst.MapFlags.READ)
     stride = len(m.data) // H
     out = np.frombuffer(m.data, np.uint8).reshape(H, stride)[:, : W * 3].reshape(H, W, 3).copy()
     buf.unmap(m)

@@ -22,21 +22,21 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
+from gi.repository import GObject, Gst, GstBase, GstVideo
 
-from inferstream.backends.loader import BACKEND_CHOICES, GRAPH_MODES, PRECISIONS  # noqa: E402
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import (  # noqa: E402
+from inferstream.backends.loader import BACKEND_CHOICES, GRAPH_MODES, PRECISIONS
+from inferstream.elements import _props as props
+from inferstream.elements._caps import (
     cuda_or_system_video_caps,
     is_cuda_memory,
     video_templates,
     without_cuda_memory,
 )
-from inferstream.elements._errors import post_error, post_warning  # noqa: E402
-from inferstream.elements._stream import stream_info_event  # noqa: E402
-from inferstream.errors import ConfigError  # noqa: E402
-from inferstream.inference import PREPROCESS_MODES  # noqa: E402
-from inferstream.models.registry import FAMILIES as MODEL_FAMILIES  # noqa: E402
+from inferstream.elements._errors import post_error, post_warning
+from inferstream.elements._stream import stream_info_event
+from inferstream.errors import ConfigError
+from inferstream.inference import PREPROCESS_MODES
+from inferstream.models.registry import FAMILIES as MODEL_FAMILIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -9,11 +9,11 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
+from gi.repository import GObject, Gst, GstBase, GstVideo
 
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import system_video_caps, video_templates  # noqa: E402
-from inferstream.elements._errors import post_error  # noqa: E402
+from inferstream.elements import _props as props
+from inferstream.elements._caps import system_video_caps, video_templates
+from inferstream.elements._errors import post_error
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from inferstream.errors import UnsupportedModelError
@@ -86,7 +86,7 @@ class PoseDecoder:
         kpts = tail.view(-1, k, d)
         if d == 2:  # no visibility channel: every keypoint counts as seen
             kpts = torch.cat((kpts, kpts.new_ones((len(kpts), k, 1))), dim=2)
-        return image_ids, _with(rows, keypoints=kpts[:, :, :3].contiguous())
+        return image_ids, replace(rows, keypoints=kpts[:, :, :3].contiguous())
 
 
 def _decode_tail(pred: Tensor, nc: int, tail: int, end2end: bool, params: DecodeParams,
@@ -104,12 +104,6 @@ def _decode_tail(pred: Tensor, nc: int, tail: int, end2end: bool, params: Decode
     keep = nms_xyxy(xyxy, scores, labels, img, params.iou, params.agnostic)
     keep = keep[rank_in_image(img[keep]) < params.max_det]
     return img[keep], _rows(xyxy[keep], scores[keep], labels[keep]), boxes[keep, 4:]
-
-
-def _with(rows: Detections, **extra: Tensor) -> Detections:
-    from dataclasses import replace
-
-    return replace(rows, **extra)
 
 
 # the family table ----------------------------------------------------------------------------------------------

@@ -100,7 +100,6 @@ def _sample(src: Tensor, crops: Tensor, boxes: Tensor, total: int, frame_hw: tup
 
 def _taps(dst: Tensor, scale: float, size: int) -> tuple[Tensor, Tensor, Tensor]:
     """Bilinear source taps of ``align_corners=False`` resizing (PyTorch's ``area_pixel_compute_source_index``)."""
-    import torch
 
     src = ((dst.float() + 0.5) * scale - 0.5).clamp(min=0)
     i0 = src.floor().long().clamp(max=size - 1)
@@ -128,9 +127,9 @@ def attach_masks(dets: Detections, counts: list[int], protos: Tensor, coeffs: Te
     ends = torch.tensor(areas, dtype=torch.int64).cumsum(0)
     running = torch.cat((torch.zeros(1, dtype=torch.int64), flat.cumsum(0, dtype=torch.int64)))
     filled = running[ends] - running[ends - torch.tensor(areas, dtype=torch.int64)]
-    masks = tuple(m.view(shape) for m, shape in zip(flat.split(areas), shapes))
+    masks = tuple(m.view(shape) for m, shape in zip(torch.split(flat, areas), shapes))
     keep = filled > 0
     image_of = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts, dtype=torch.int64))
-    kept = Detections.trusted(*(getattr(dets, name) for name in ("boxes_xyxy", "scores", "labels", "angles_rad",
-                                                                 "track_ids")), masks, dets.keypoints)[keep]
+    kept = Detections.trusted(dets.boxes_xyxy, dets.scores, dets.labels, angles_rad=dets.angles_rad,
+                              track_ids=dets.track_ids, masks=masks, keypoints=dets.keypoints)[keep]
     return kept, torch.bincount(image_of[keep], minlength=len(counts)).tolist()
