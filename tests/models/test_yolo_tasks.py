@@ -58,3 +58,23 @@ def test_pyinfer_stops_at_start_naming_the_shape(factory: str, words: list[str])
     result = run_pipeline("videotestsrc num-buffers=2 ! video/x-raw,format=RGB,width=64,height=48 ! "
                           f"pyinfer model={TASK_MODELS}:{factory} ! fakesink")
     assert result.errors and all(w in result.errors[0] for w in words), result.errors
+
+
+def test_end_to_end_rows_keep_their_coefficients_and_keypoints() -> None:
+    """YOLO26 end-to-end rows ``x1, y1, x2, y2, score, class, extra...``: rows above conf keep their own extras."""
+    import torch
+
+    from inferstream.models.base import DecodeParams
+
+    rows = torch.zeros((1, 3, 6 + 32))
+    rows[0, :, :4] = torch.tensor([[10.0, 10, 50, 60], [0, 0, 5, 5], [100, 80, 140, 200]])
+    rows[0, :, 4] = torch.tensor([0.9, 0.1, 0.8])
+    rows[0, :, 5] = torch.tensor([3.0, 1, 7])
+    rows[0, :, 6:] = torch.arange(3 * 32, dtype=torch.float32).reshape(3, 32)
+    img, dets, coeffs = SegDecoder(80, end2end=True).flat_masked([rows, torch.zeros((1, 32, 160, 160))],
+                                                                   DecodeParams(conf=0.25))
+    assert img.tolist() == [0, 0] and dets.labels.tolist() == [3, 7]
+    assert torch.equal(coeffs, rows[0, [0, 2], 6:])
+    pose = torch.cat((rows[..., :6], torch.rand((1, 3, 51))), dim=2)
+    _, kp = PoseDecoder(1, end2end=True).flat([pose], DecodeParams(conf=0.25))
+    assert torch.equal(kp.keypoints, pose[0, [0, 2], 6:].reshape(2, 17, 3))
