@@ -72,30 +72,35 @@ def _content(logits: Tensor, frame_hw: tuple[int, int]) -> Tensor:
 
 def _sample(src: Tensor, crops: Tensor, boxes: Tensor, total: int, frame_hw: tuple[int, int]) -> Tensor:
     """``F.interpolate(src, frame_hw, mode="bilinear") > 0`` read at the pixels of each crop only, 0 outside the
-    float box: a flat uint8 ``[total]``."""
+    float box: a flat uint8 ``[total]``.
+
+    Separable, as bilinear resizing is: first along x for every prototype row at each crop's columns
+    (``[n, ch, max width]``), then along y row by row of every crop; columns outside the box are ``-inf`` before the
+    second pass, so they can never exceed 0. Per output pixel only the y blend and the threshold remain.
+    """
     import torch
 
     n, ch, cw = src.shape
     h, w = frame_hw
     device = src.device
-    cw_, ch_ = crops[:, 2] - crops[:, 0], crops[:, 3] - crops[:, 1]
-    area = cw_ * ch_
-    det = torch.repeat_interleave(torch.arange(n, device=device), area, output_size=total)
-    local = torch.arange(total, device=device) - (torch.cumsum(area, 0) - area)[det]
-    width = cw_[det]
-    ly = torch.div(local, width, rounding_mode="floor")
-    y = crops[det, 1] + ly
-    x = crops[det, 0] + local - ly * width
-    y0, y1, wy = _taps(y, ch / h, ch)
+    widths, heights = crops[:, 2] - crops[:, 0], crops[:, 3] - crops[:, 1]
+    wmax = int(widths.max()) if n else 0
+    cols = torch.arange(wmax, device=device)
+    x = crops[:, :1] + cols  # [n, wmax] frame columns of each crop
     x0, x1, wx = _taps(x, cw / w, cw)
-    flat = src.reshape(-1)
-    base = det * (ch * cw)
-    top = flat[base + y0 * cw + x0] * (1 - wx) + flat[base + y0 * cw + x1] * wx
-    bottom = flat[base + y1 * cw + x0] * (1 - wx) + flat[base + y1 * cw + x1] * wx
-    value = top * (1 - wy) + bottom * wy
-    box = boxes.float()[det]
-    inside = (x >= box[:, 0]) & (x < box[:, 2]) & (y >= box[:, 1]) & (y < box[:, 3])
-    return ((value > 0) & inside).to(torch.uint8)
+    box = boxes.float()
+    gather = [src.gather(2, t[:, None, :].expand(n, ch, wmax)) for t in (x0, x1)]
+    across = gather[0] * (1 - wx)[:, None, :] + gather[1] * wx[:, None, :]  # [n, ch, wmax]
+    outside = (x < box[:, :1]) | (x >= box[:, 2:3]) | (cols >= widths[:, None])
+    across.masked_fill_(outside[:, None, :], float("-inf"))
+    det = torch.repeat_interleave(torch.arange(n, device=device), heights)  # one entry per output row
+    starts = torch.cumsum(heights, 0) - heights
+    y = crops[det, 1] + torch.arange(len(det), device=device) - starts[det]
+    y0, y1, wy = _taps(y, ch / h, ch)
+    value = across[det, y0] * (1 - wy)[:, None] + across[det, y1] * wy[:, None]  # [rows, wmax]
+    keep = (value > 0) & ((y >= box[det, 1]) & (y < box[det, 3]))[:, None]
+    out = keep[cols[None, :] < widths[det][:, None]]
+    return out.to(torch.uint8)
 
 
 def _taps(dst: Tensor, scale: float, size: int) -> tuple[Tensor, Tensor, Tensor]:
