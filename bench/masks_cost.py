@@ -7,7 +7,8 @@ ship offline), saved as .pt. Three measurements, side by side:
 
 * pipeline: ``filesrc vtest.avi ! decodebin ! videoconvert ! RGB ! queue ! pyinfer ! fakesink`` frames/s, with
   ``max-detections=N confidence-threshold=0.001`` so every frame carries N masks (random weights score every anchor);
-* raw: the backend alone on a ready 640x640 batch of 1 (``bench/pyinfer_cpu.py``'s ``raw_fps``);
+* raw: the backend alone on a ready batch of 1 — a real vtest frame letterboxed to 640x640 (random input would make
+  the random-weight network run on denormal floats, several times slower on the CPU);
 * masks: per frame at N objects, ``ops.masks.attach_masks`` (prototypes x coefficients over each box at frame
   resolution, the device-to-host copy, the crops) and ``meta.instances.write_instances`` + the read back
   (N SegmentationMtds with their GRAY8 buffers), timed on the rows a real vtest frame gives.
@@ -29,7 +30,7 @@ from gi.repository import Gst  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from parity import randomise_yolo  # noqa: E402
-from pyinfer_cpu import RESULTS, pipeline_fps, raw_fps  # noqa: E402
+from pyinfer_cpu import RESULTS, pipeline_fps  # noqa: E402
 
 from inferstream.data import vtest_path  # noqa: E402
 
@@ -47,8 +48,9 @@ def seg_model(root: Path) -> Path:
     return path
 
 
-def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, float, int]:
-    """ms per frame: ``attach_masks``, writing the masks' metadata, reading it back; and the mean mask area (px)."""
+def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, float, float, int]:
+    """ms per frame: ``attach_masks``, writing the masks' metadata, reading it back; the raw forward's frames/s on
+    the same frame; and the mean mask area (px)."""
     import torch
 
     from inferstream.inference import Detector, InferConfig
@@ -77,6 +79,14 @@ def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, f
     (dets,) = det.infer([raw])
     ops_masks.attach_masks = original
     args = captured[0]
+    from inferstream.ops.letterbox import preprocess_batch
+
+    batch, _ = preprocess_batch([raw], det.input_size, det.backend.device, det.backend.dtype)
+    det.backend(batch)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        det.backend(batch)
+    raw_fps = repeats / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     for _ in range(repeats):
         original(*args)
@@ -93,7 +103,7 @@ def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, f
         read_times.append(time.perf_counter() - t1)
     area = int(statistics.mean(m.numel() for m in dets.masks)) if dets.masks else 0
     assert dets.masks is not None and len(dets) == objects, f"{len(dets)} objects, expected {objects}"
-    return assemble, statistics.median(write_times) * 1e3, statistics.median(read_times) * 1e3, area
+    return assemble, statistics.median(write_times) * 1e3, statistics.median(read_times) * 1e3, raw_fps, area
 
 
 def main() -> None:
@@ -106,10 +116,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model = seg_model(Path(tmp))
-        raw = raw_fps(model, args.frames)
         pipe = pipeline_fps(model, args.frames, f"max-detections={args.objects} confidence-threshold=0.001 "
                                                 "iou-threshold=0.7")
-        assemble, write, read, area = mask_costs(model, args.objects, 20)
+        assemble, write, read, raw, area = mask_costs(model, args.objects, 20)
     lines = [f"CPU: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi (768x576), batch 1, "
              f"{args.objects} objects per frame (mean mask crop {area} px)", "",
              "| model | raw forward (frames/s) | pipeline (frames/s) | ratio | masks assembled (ms/frame) | "
