@@ -25,14 +25,14 @@ from pathlib import Path
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from parity import randomise_yolo  # noqa: E402
-from pyinfer_cpu import RESULTS, pipeline_fps  # noqa: E402
+from parity import randomise_yolo
+from pyinfer_cpu import RESULTS, pipeline_fps
 
-from inferstream.data import vtest_path  # noqa: E402
+from inferstream.data import vtest_path
 
 
 def seg_model(root: Path) -> Path:
@@ -52,16 +52,14 @@ def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, f
     """ms per frame: ``attach_masks``, writing the masks' metadata, reading it back; the raw forward's frames/s on
     the same frame; and the mean mask area (px)."""
     import torch
+    from parity import decode_frames
 
+    from inferstream.frames.raw import RawFrame
     from inferstream.inference import Detector, InferConfig
     from inferstream.meta.gstanalytics import label_quarks, read_detections, write_detections
     from inferstream.meta.instances import write_instances
     from inferstream.models.base import DecodeParams
     from inferstream.ops import masks as ops_masks
-
-    from parity import decode_frames
-
-    from inferstream.frames.raw import RawFrame
 
     frame = decode_frames(f"filesrc location={vtest_path()} ! decodebin", 1)[0]
 
@@ -119,12 +117,13 @@ def main() -> None:
         pipe = pipeline_fps(model, args.frames, f"max-detections={args.objects} confidence-threshold=0.001 "
                                                 "iou-threshold=0.7")
         assemble, write, read, raw, area = mask_costs(model, args.objects, 20)
-    lines = [f"CPU: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi (768x576), batch 1, "
-             f"{args.objects} objects per frame (mean mask crop {area} px)", "",
-             "| model | raw forward (frames/s) | pipeline (frames/s) | ratio | masks assembled (ms/frame) | "
-             "mask metadata written (ms/frame) | read back (ms/frame) |", "|---|---|---|---|---|---|---|",
-             f"| yolo11n-seg (random, pt, torch) | {raw:.2f} | {pipe:.2f} | {pipe / raw:.2f} | {assemble:.2f} | "
-             f"{write:.2f} | {read:.2f} |"]
+    header = (f"CPU: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi (768x576), batch 1, "
+              f"{args.objects} objects per frame (mean mask crop {area} px)")
+    columns = ("| model | raw forward (frames/s) | pipeline (frames/s) | ratio | masks assembled (ms/frame) | "
+               "mask metadata written (ms/frame) | read back (ms/frame) |")
+    row = (f"| yolo11n-seg (random, pt, torch) | {raw:.2f} | {pipe:.2f} | {pipe / raw:.2f} | {assemble:.2f} | "
+           f"{write:.2f} | {read:.2f} |")
+    lines = [header, "", columns, "|---|---|---|---|---|---|---|", row]
     text = "\n".join(lines)
     print(text)
     RESULTS.mkdir(exist_ok=True)

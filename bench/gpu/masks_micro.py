@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
-    print(f"| device | batch | objects/frame | masks assembled + copied (ms/frame) |\n|---|---|---|---|")
+    print("| device | batch | objects/frame | masks assembled + copied (ms/frame) |\n|---|---|---|---|")
     for b in args.batch:
         print(f"| {name} | {b} | {args.objects} | {frame_ms(args.device, args.objects, b, args.repeats):.2f} |")
 
