@@ -171,7 +171,8 @@ def with_instances(rmeta: int, meta: FrameMeta) -> FrameMeta:
 def read_instances(rmeta: int, od_ids: Sequence[int]) -> tuple[tuple[Tensor, ...] | None, Tensor | None]:
     """The masks and keypoints related to each ODMtd, as ``Detections`` holds them; ``None`` for a kind no ODMtd
     has. A mask from another writer (e.g. GStreamer's decoder, at prototype resolution) is resized, nearest, to
-    its placement rectangle; any non-zero pixel is in the mask. A row without a keypoints tensor gets zeros."""
+    its placement rectangle; any non-zero pixel is in the mask. A row without a mask gets an empty (0, 0) crop
+    (e.g. a box pytracker predicted), one without a keypoints tensor zeros."""
     import torch
 
     from inferstream.meta.gstanalytics import _related
