@@ -2,7 +2,8 @@
 
 Random-weight yolo11n-seg, yolo11n-pose and yolo26n-pose (end-to-end) built from their yaml (weights re-drawn,
 seeded, as the detect parity test does), run through a real pipeline (appsrc ! pyinfer) on vtest.avi frames and
-bus.jpg; the masks and keypoints are read back from the GstAnalytics metadata (SegmentationMtd / TensorMtd) and compared with ``predict(retina_masks=True)``.
+bus.jpg; the masks and keypoints are read back from the GstAnalytics metadata (SegmentationMtd / TensorMtd) and
+compared with ``predict(retina_masks=True)``.
 ultralytics letterboxes a .pt model to the minimal 32-multiple rectangle, so the input size is that rectangle.
 """
 from __future__ import annotations
