@@ -9,6 +9,7 @@ import math
 
 import gi
 import numpy as np
+import torch
 from gst_helpers import run_pipeline
 from scipy.optimize import linear_sum_assignment
 
@@ -64,7 +65,9 @@ def _pyinfer_same_size(frames: list[np.ndarray], props: str) -> list[dict[str, n
                     "cls": np.array([int(meta.label_names[i].removeprefix("class")) if meta.label_names[i]
                                      .startswith("class") else i for i in d.labels.tolist()]),
                     "names": [meta.label_names[i] for i in d.labels.tolist()],
-                    "r": d.angles_rad.numpy() if d.angles_rad is not None else np.zeros(len(d))})
+                    "r": d.angles_rad.numpy() if d.angles_rad is not None else np.zeros(len(d)),
+                    "masks": full_masks(d.masks, d.boxes_xyxy.numpy(), (h, w)) if d.masks is not None else None,
+                    "kpts": d.keypoints.numpy() if d.keypoints is not None else None})
 
     def feed(pipeline: Gst.Pipeline) -> None:
         src = pipeline.get_by_name("src")
@@ -82,6 +85,21 @@ def _pyinfer_same_size(frames: list[np.ndarray], props: str) -> list[dict[str, n
     result = run_pipeline(desc, {"inf": grab}, before_play=feed, timeout_s=300)
     assert not result.errors, result.errors
     return out
+
+
+def full_masks(crops: tuple, boxes: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """Box-sized mask crops (``Detections.masks``) placed in ``(N, H, W)`` bool frames, as ultralytics returns
+    retina masks."""
+    out = np.zeros((len(crops), *hw), bool)
+    for i, (crop, box) in enumerate(zip(crops, boxes)):
+        x, y = np.round(box[:2]).astype(int)
+        out[i, y : y + crop.shape[0], x : x + crop.shape[1]] = crop.numpy() > 0
+    return out
+
+
+def matched(ours: dict, ref: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``ours`` and ``ref`` paired by box IoU (Hungarian)."""
+    return linear_sum_assignment(-box_iou(ours["xyxy"], ref["xyxy"]))
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -126,3 +144,16 @@ def gap_threshold(scores: np.ndarray, frames: int) -> float:
     k = np.arange(10 * frames, min(40 * frames, len(scores) - 1))
     best = k[np.argmax(scores[k] - scores[k + 1])]
     return float((scores[best] + scores[best + 1]) / 2)
+
+
+def randomise_yolo(model: torch.nn.Module, seed: int) -> None:
+    """Seeded variance-preserving conv weights so every anchor scores differently (ultralytics' default init makes
+    all scores tie); the DFL projection keeps its fixed 0..15 weights, so box sides stay non-negative."""
+    gen = torch.Generator().manual_seed(seed)
+    dfl = {id(m.conv) for m in model.modules() if type(m).__name__ == "DFL"}
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Conv2d) and id(mod) not in dfl:
+                mod.weight.copy_(torch.randn(mod.weight.shape, generator=gen) * math.sqrt(2.0 / mod.weight[0].numel()))
+                if mod.bias is not None:
+                    mod.bias.copy_(torch.randn(mod.bias.shape, generator=gen) - 1.0)

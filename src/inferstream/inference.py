@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from inferstream.errors import ConfigError, UnsupportedModelError
 from inferstream.models.base import DecodeParams, PreprocessOverride
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from inferstream.backends.base import Backend
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
-    from inferstream.models.base import Decoder, Family
+    from inferstream.models.base import Decoder, Family, MaskedDecoder
 
 DEFAULT_INPUT_SIZE = (640, 640)
 # preprocess mode -> preprocess_batch(exact=..., resize_first=...)
@@ -164,7 +164,7 @@ class Detector:
         import torch
 
         from inferstream.detections import Detections
-        from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_xyxy
+        from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_keypoints, unletterbox_xyxy
 
         with torch.inference_mode(), _on_stream(self._stream):
             exact, resize_first = _PREPROCESS[self.cfg.preprocess]
@@ -178,8 +178,14 @@ class Detector:
                                          std=spec.std if spec.normalises else None)
             outputs = self.backend(batch)
             params = params or self.cfg.params
-            if hasattr(self.decoder, "flat"):  # the built-in decoders: rows of the whole batch, split on the host
-                image_ids, rows = self.decoder.flat(outputs, params)
+            coeffs = protos = None
+            if hasattr(self.decoder, "flat") and not hasattr(self.decoder, "flat_masked"):  # the built-in decoders:
+                image_ids, rows = self.decoder.flat(outputs, params)  # rows of the whole batch, split on the host
+                merged, image_ids = to_host(rows, image_ids)
+            elif hasattr(self.decoder, "flat_masked"):  # instance masks: assembled once the boxes are in frame pixels
+                masked = cast("MaskedDecoder", self.decoder)
+                image_ids, rows, coeffs = masked.flat_masked(outputs, params)
+                protos = masked.split_outputs(outputs)[1]
                 merged, image_ids = to_host(rows, image_ids)
             else:  # a user's postprocess: one Detections per frame
                 per_frame = self.decoder(outputs, params)
@@ -194,7 +200,15 @@ class Detector:
         if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
             sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32)[image_ids]
             boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
-        return replace(merged, boxes_xyxy=boxes).split(counts)
+        merged = replace(merged, boxes_xyxy=boxes)
+        if merged.keypoints is not None:
+            merged = replace(merged, keypoints=unletterbox_keypoints(merged.keypoints, lb, image_ids, frames))
+        if coeffs is not None and protos is not None:
+            from inferstream.ops.masks import attach_masks
+
+            with torch.inference_mode(), _on_stream(self._stream):
+                merged, counts = attach_masks(merged, counts, protos, coeffs, [(f.height, f.width) for f in frames])
+        return merged.split(counts)
 
     def close(self) -> None:
         self.backend.close()
@@ -259,11 +273,16 @@ def to_host(dets: Detections, image_ids: torch.Tensor | None = None) -> tuple[De
     if dets.boxes_xyxy.device.type == "cpu":
         return dets, None if image_ids is None else image_ids.cpu()
     optional = [t for t in (image_ids, dets.angles_rad, dets.track_ids) if t is not None]
+    kpts = dets.keypoints
     packed = torch.cat([dets.boxes_xyxy.double(), dets.scores.double()[:, None], dets.labels.double()[:, None],
-                        *(t.double()[:, None] for t in optional)], dim=1).cpu()
-    extra = iter(packed[:, 6:].unbind(1))
+                        *(t.double()[:, None] for t in optional),
+                        *(() if kpts is None else (kpts.double().flatten(1),))], dim=1).cpu()
+    extra = iter(packed[:, 6 : 6 + len(optional)].unbind(1))
     host_ids = next(extra).long() if image_ids is not None else None
     host = Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
                       angles_rad=next(extra).float() if dets.angles_rad is not None else None,
-                      track_ids=next(extra).long() if dets.track_ids is not None else None)
+                      track_ids=next(extra).long() if dets.track_ids is not None else None,
+                      masks=dets.masks,  # only host crops reach here: masks are assembled after this copy
+                      keypoints=None if kpts is None else
+                      packed[:, 6 + len(optional):].float().reshape(kpts.shape).contiguous())
     return host, host_ids

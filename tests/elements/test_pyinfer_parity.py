@@ -9,13 +9,12 @@ pedestrians, half a pixel per edge alone costs up to 5 % IoU.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from parity import assert_same_boxes, decode_frames, gap_threshold, pyinfer_frames
+from parity import assert_same_boxes, decode_frames, gap_threshold, pyinfer_frames, randomise_yolo
 
 ultralytics = pytest.importorskip("ultralytics", reason="the reference predict needs the ultralytics extra")
 
@@ -73,19 +72,6 @@ def test_person_detector_matches_ultralytics_on_bus(bus_frame: np.ndarray, perso
     assert_same_boxes(ours, ref)
 
 
-def _randomise(model: torch.nn.Module, seed: int) -> None:
-    """Seeded variance-preserving conv weights so every anchor scores differently (ultralytics' default init makes
-    all scores tie); the DFL projection keeps its fixed 0..15 weights, so box sides stay non-negative."""
-    gen = torch.Generator().manual_seed(seed)
-    dfl = {id(m.conv) for m in model.modules() if type(m).__name__ == "DFL"}
-    with torch.no_grad():
-        for mod in model.modules():
-            if isinstance(mod, torch.nn.Conv2d) and id(mod) not in dfl:
-                mod.weight.copy_(torch.randn(mod.weight.shape, generator=gen) * math.sqrt(2.0 / mod.weight[0].numel()))
-                if mod.bias is not None:
-                    mod.bias.copy_(torch.randn(mod.bias.shape, generator=gen) - 1.0)
-
-
 @pytest.fixture(scope="module")
 def random_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from ultralytics import YOLO
@@ -96,7 +82,7 @@ def random_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     try:
         for seed, name in enumerate(("yolo11n", "yolo26n", "yolo11n-obb")):
             model = YOLO(f"{name}.yaml")
-            _randomise(model.model, seed)
+            randomise_yolo(model.model, seed)
             paths[name] = root / f"{name}.pt"
             model.save(paths[name])
     finally:

@@ -62,9 +62,7 @@ def test_detect_family_and_make_decoder_on_real_outputs(
 
 @pytest.mark.parametrize(
     ("shapes", "info"),
-    [([(1, 116, 8400), (1, 32, 160, 160)], ModelInfo(task="segment", names=COCO)),  # YOLO segment
-     ([(1, 56, 8400)], ModelInfo(task="pose", names=("person",))),
-     ([(1, 1000)], ModelInfo(task="detect")),  # a classifier's shape, but the model says it detects
+    [([(1, 1000)], ModelInfo(task="detect")),  # a classifier's shape, but the model says it detects
      ([(1, 90, 8400)], ModelInfo(names=COCO))],  # neither 84 nor 85 channels for 80 names
 )  # fmt: skip
 def test_detect_family_rejects_outputs_no_family_fits(shapes: list[tuple[int, ...]], info: ModelInfo) -> None:

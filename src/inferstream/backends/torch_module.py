@@ -233,6 +233,7 @@ def prepare_ultralytics(model: Any, ckpt: dict[str, Any] | None) -> tuple[nn.Mod
         "end2end": bool(getattr(model, "end2end", False)),
         "imgsz": train_args.get("imgsz") if isinstance(train_args, dict) else None,  # the trained size
         "head": "rtdetr" if type(head).__name__ == "RTDETRDecoder" else None,
+        "kpt_shape": getattr(head, "kpt_shape", None),
     }
     if isinstance(stride, Tensor) and stride.numel():
         meta["stride"] = int(stride.max())

@@ -22,11 +22,11 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
+from gi.repository import GObject, Gst, GstBase, GstVideo
 
-from inferstream.backends.loader import BACKEND_CHOICES, GRAPH_MODES, PRECISIONS  # noqa: E402
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import (  # noqa: E402
+from inferstream.backends.loader import BACKEND_CHOICES, GRAPH_MODES, PRECISIONS
+from inferstream.elements import _props as props
+from inferstream.elements._caps import (
     cuda_or_system_video_caps,
     is_cuda_memory,
     is_nvmm,
@@ -518,7 +518,11 @@ class _InferJob:
         from inferstream.meta.gstanalytics import write_detections
 
         el = self.element
-        write_detections(self.buf, dets, el._label_quarks(detector.labels), el._producer)
+        ids = write_detections(self.buf, dets, el._label_quarks(detector.labels), el._producer)
+        if dets.masks is not None or dets.keypoints is not None:
+            from inferstream.meta.instances import write_instances
+
+            write_instances(self.buf, dets, ids)
         follower = el._follower
         return None if follower is None else (follower[0], (follower[1], self.buf))
 

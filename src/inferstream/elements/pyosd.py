@@ -9,16 +9,18 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
+from gi.repository import GObject, Gst, GstBase, GstVideo
 
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import system_video_caps, video_templates  # noqa: E402
-from inferstream.elements._errors import post_error  # noqa: E402
+from inferstream.elements import _props as props
+from inferstream.elements._caps import system_video_caps, video_templates
+from inferstream.elements._errors import post_error
 
 if TYPE_CHECKING:
+    from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
     from inferstream.meta.gstanalytics import FrameMeta
+    from inferstream.ops.draw import Color
     from inferstream.vlm.latest import LatestAnswers
 
 
@@ -28,7 +30,8 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
         "inferstream on-screen display",
         "Filter/Effect/Video",
         "Draws the frame's GstAnalytics object detections: boxes, oriented boxes as rotated polygons, labels with "
-        "confidence and track ids (stable colour per id) on system-memory video, in place",
+        "confidence and track ids (stable colour per id), instance masks (alpha blend) and keypoint skeletons on "
+        "system-memory video, in place",
         "inferstream",
     )
     __gsttemplates__ = video_templates(system_video_caps())
@@ -40,16 +43,26 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
     show_track_ids = props.boolean("Show track ids", "Append #id of tracked objects; colour by track id", True)
     show_vlm_answers = props.boolean("Show VLM answers", "Draw pyvlm's latest answer per stream (top left) and per "
                                      "tracked object (under its box; untracked: on the frame it rides on)", True)
+    mask_alpha = props.number("Mask alpha", "Opacity of instance masks (0: not drawn)", 0.5, 0.0, 1.0)
+    skeleton = props.string("Skeleton", "Limbs between keypoints: 'coco17', '' (dots only) or 0-based pairs "
+                            "'a-b,c-d,...'", "coco17")
+    keypoint_threshold = props.number("Keypoint threshold", "Draw keypoints scoring at least this", 0.5, 0.0, 1.0)
 
     def __init__(self) -> None:
         super().__init__()
         self.set_in_place(True)
         self._format: FrameFormat | None = None  # what mapping needs, read once per caps
         self._answers: LatestAnswers | None = None
+        self._edges: tuple[tuple[int, int], ...] = ()  # the skeleton's limbs, read once per caps
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
         from inferstream.frames.system import frame_format
 
+        try:
+            self._edges = skeleton_edges(self.skeleton)
+        except ValueError as exc:
+            post_error(self, exc, "bad skeleton property")
+            return False
         info = GstVideo.VideoInfo.new_from_caps(incaps)
         self._format = None if info is None else frame_format(info)
         return self._format is not None
@@ -76,6 +89,7 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
                     if self.show_labels:  # secondary classifiers' labels after the detector's
                         texts = [" ".join([text, *(c.label for c in cls)])
                                  for text, cls in zip(texts, read_classifications(buf, meta.od_ids))]
+                    self._draw_instances(frame, dets, colors)
                     draw_detections(frame, dets.boxes_xyxy, dets.angles_rad, colors, texts, self.line_width,
                                     self.font_scale)
                 self._draw_notes(frame, notes)
@@ -115,11 +129,36 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
             fit = max(1, frame.width // (6 * scale) - 1)
             draw_label(frame, text[:fit], x, y + height, scale, (255, 255, 255), (0, 0, 0))
 
+    def _draw_instances(self, frame: RawFrame, dets: Detections, colors: list[Color]) -> None:
+        """Masks under the boxes, skeletons on top of the masks, in each object's colour."""
+        from inferstream.ops.draw import blend_mask, draw_skeleton
+
+        if dets.masks is not None and self.mask_alpha > 0:
+            origins = dets.boxes_xyxy[:, :2].round().int().tolist()
+            for mask, (x, y), color in zip(dets.masks, origins, colors):
+                blend_mask(frame, x, y, mask, color, self.mask_alpha)
+        if dets.keypoints is not None:
+            for kpts, color in zip(dets.keypoints, colors):
+                draw_skeleton(frame, kpts, self._edges, color, self.keypoint_threshold, self.line_width)
+
     def _text(self, label: str, score: float, track_id: int) -> str:
         if not self.show_labels:
             return ""
         text = f"{label} {score:.2f}" if self.show_confidence else label
         return f"{text} #{track_id}" if track_id >= 0 and self.show_track_ids else text
+
+
+def skeleton_edges(text: str) -> tuple[tuple[int, int], ...]:
+    """The ``skeleton`` property as 0-based keypoint pairs."""
+    from inferstream.ops.draw import COCO17_SKELETON
+
+    text = text.strip()
+    if text == "coco17":
+        return COCO17_SKELETON
+    try:
+        return tuple((int(a), int(b)) for a, b in (pair.split("-") for pair in text.split(",") if pair.strip()))
+    except ValueError as exc:
+        raise ValueError(f"skeleton={text!r}: expected 'coco17', '' or pairs like '0-1,1-2'") from exc
 
 
 GObject.type_register(PyOsd)

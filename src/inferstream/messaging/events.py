@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from inferstream.detections import Detections
 
 
@@ -28,6 +30,10 @@ class ObjectEvent:
         track_id: tracker id, ``None`` when the object is not tracked.
         attributes: secondary classifications ``(classifier_type, label, confidence)``, e.g.
             ``("color", "red", 0.9)``.
+        mask: the instance mask as ``(x, y, height, width, counts)``: COCO's uncompressed RLE of the box-sized crop
+            placed with its top-left pixel at (x, y) of the frame — column-major runs, the first one of zeros (see
+            :func:`mask_rle`). ``None`` without a mask.
+        keypoints: ``((x, y, score), ...)`` in frame pixels, ``None`` without keypoints.
     """
 
     label: str
@@ -37,6 +43,8 @@ class ObjectEvent:
     angle_rad: float | None = None
     track_id: int | None = None
     attributes: tuple[tuple[str, str, float], ...] = ()
+    mask: tuple[int, int, int, int, tuple[int, ...]] | None = None
+    keypoints: tuple[tuple[float, float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         if len(self.bbox) != 4:
@@ -125,10 +133,29 @@ class FrameEvent:
         extra = attributes if attributes is not None else [()] * len(boxes)
         if len(extra) != len(boxes):
             raise ValueError(f"attributes: expected one entry per detection ({len(boxes)}), got {len(extra)}")
+        masks = [None] * len(boxes) if dets.masks is None else [
+            (*origin, *crop.shape, mask_rle(crop.numpy())) for origin, crop in
+            zip(dets.boxes_xyxy[:, :2].round().int().tolist(), dets.masks)]
+        kpts = [None] * len(boxes) if dets.keypoints is None else [tuple(map(tuple, k)) for k in
+                                                                    dets.keypoints.tolist()]
         objects = []
-        for box, score, cid, angle, tid, attrs in zip(boxes, scores, class_ids, angles, tracks, extra):
+        for box, score, cid, angle, tid, attrs, mask, kp in zip(boxes, scores, class_ids, angles, tracks, extra,
+                                                                 masks, kpts):
             if not 0 <= cid < len(labels):
                 raise ValueError(f"class index {cid} outside the label list of {len(labels)} labels")
             objects.append(ObjectEvent(labels[cid], cid, min(max(score, 0.0), 1.0), tuple(box), angle,
-                                       None if tid < 0 else tid, tuple(attrs)))
+                                       None if tid < 0 else tid, attributes=tuple(attrs), mask=mask, keypoints=kp))
         return cls(stream_id, source_id, frame_number, pts_ns, ntp_ns, width, height, tuple(objects))
+
+
+def mask_rle(mask: np.ndarray) -> tuple[int, ...]:
+    """COCO's uncompressed RLE ``counts`` of a 2-D 0/1 mask: alternating run lengths of 0s and 1s over the pixels in
+    column-major (Fortran) order, the first run of 0s (0 when the first pixel is set). ``pycocotools`` reads it as
+    ``{"size": [h, w], "counts": counts}``."""
+    import numpy as np
+
+    flat = (np.asarray(mask).T.reshape(-1) != 0).astype(np.int8)
+    change = np.flatnonzero(np.diff(flat)) + 1
+    bounds = np.concatenate(([0], change, [flat.size]))
+    runs = np.diff(bounds).tolist()
+    return tuple([0, *runs] if flat.size and flat[0] else runs)

@@ -263,8 +263,15 @@ def deepstream_minimal(event: FrameEvent, config: MsgConvConfig, timestamp: str)
 
 
 def _compact_object(obj: ObjectEvent) -> dict[str, Any]:
+    """The object's fields; ``mask`` (COCO RLE of the box crop: ``origin`` [x, y], ``size`` [h, w], ``counts``) and
+    ``keypoints`` ([[x, y, score], ...]) only when the model gives them."""
     out = {"label": obj.label, "class_id": obj.class_id, "confidence": round(obj.confidence, 4),
            "bbox": [round(v, 2) for v in obj.bbox], "angle_rad": obj.angle_rad, "track_id": obj.track_id}
+    if obj.mask is not None:
+        x, y, h, w, counts = obj.mask
+        out["mask"] = {"origin": [x, y], "size": [h, w], "counts": list(counts)}
+    if obj.keypoints is not None:
+        out["keypoints"] = [[round(px, 2), round(py, 2), round(score, 4)] for px, py, score in obj.keypoints]
     if obj.attributes:
         out["classifications"] = [{"type": k, "label": v, "confidence": round(c, 4)} for k, v, c in obj.attributes]
     return out

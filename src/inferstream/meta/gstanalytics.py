@@ -289,6 +289,7 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
                                 or next(_od_rows(rmeta, written.od_ids[:1]))[0][:4] == written.first_box):
         return _from_written(written, unique_id)
     ods, clss, trks = _by_type(rmeta)
+    others = api.lib.gst_analytics_relation_get_length(rmeta) > len(ods) + len(clss) + len(trks)
     producers, present = _producers_by_od(rmeta, ods, clss)
     if unique_id is not None:
         keep = [i for i, p in enumerate(producers) if p == unique_id]
@@ -299,7 +300,12 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
     for row, type_quark in _od_rows(rmeta, ods):
         rows.append(row)
         labels.append(names.setdefault(quark_name(type_quark), len(names)))
-    return _frame_meta(rows, labels, names, ods, producers, present, _track_ids(rmeta, ods, trks))
+    meta = _frame_meta(rows, labels, names, ods, producers, present, _track_ids(rmeta, ods, trks))
+    if not others:
+        return meta
+    from inferstream.meta.instances import with_instances  # masks / keypoints: other mtd types are present
+
+    return with_instances(rmeta, meta)
 
 
 def _od_rows(rmeta: int, ods: Sequence[int]) -> Iterator[tuple[tuple[int, int, int, int, float, float], int]]:

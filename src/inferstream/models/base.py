@@ -81,6 +81,19 @@ class FlatDecoder(Decoder, Protocol):
     def flat(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections]: ...
 
 
+class MaskedDecoder(FlatDecoder, Protocol):
+    """A flat decoder whose rows also carry instance-mask coefficients (``models.yolo_tasks.SegDecoder``): the runner
+    assembles the masks at frame resolution once the boxes are in frame pixels (``ops.masks``).
+
+    Returns (``flat_masked``): ``(image_ids [N], rows, coefficients [N, C])``; ``split_outputs``:
+    ``(predictions, prototypes [B, C, mh, mw])``.
+    """
+
+    def flat_masked(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections, Tensor]: ...
+
+    def split_outputs(self, outputs: list[Tensor]) -> tuple[Tensor, Tensor]: ...
+
+
 RESIZES = ("letterbox", "stretch")
 RESULT_KINDS = frozenset({"boxes", "oriented", "masks", "keypoints", "classes"})
 

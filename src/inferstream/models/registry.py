@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from inferstream.models.base import DecodeParams, Decoder, Family, Shape
 
 _SPEC: Final = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
-_FAMILY_MODULES: Final = ("yolo", "detr", "classifier")
+_FAMILY_MODULES: Final = ("yolo", "yolo_tasks", "detr", "classifier")
 
 
 def _collect() -> dict[str, Family]:

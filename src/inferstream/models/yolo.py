@@ -126,12 +126,13 @@ def _first(outputs: list[Tensor], family: str, channels: int | None = None, widt
 
 
 def _candidates(
-    pred: Tensor, nc: int, params: DecodeParams, max_nms: int, angle: bool = False
+    pred: Tensor, nc: int, params: DecodeParams, max_nms: int, angle: bool = False, tail: int = 0
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Rows of a ``(B, C, A)`` head above ``conf`` (and in ``classes``), capped at ``max_nms`` per image.
 
     Returns:
-        ``boxes [N, 4]`` cxcywh (``[N, 5]`` cxcywhr with ``angle``) float32, ``scores [N]`` float32,
+        ``boxes [N, 4]`` cxcywh (``[N, 5]`` cxcywhr with ``angle``; ``[N, 4 + tail]`` with the ``tail`` channels
+        after the class scores, e.g. mask coefficients or keypoints) float32, ``scores [N]`` float32,
         ``labels [N]`` int64, ``image_ids [N]`` int64.
     """
     import torch
@@ -154,6 +155,8 @@ def _candidates(
     boxes = pred[img, :4, anchor].float()
     if angle:
         boxes = torch.cat((boxes, pred[img, 4 + nc, anchor].float()[:, None]), dim=1)
+    if tail:
+        boxes = torch.cat((boxes, pred[img, 4 + nc : 4 + nc + tail, anchor].float()), dim=1)
     return boxes, scores, labels, img
 
 

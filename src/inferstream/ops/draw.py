@@ -110,6 +110,16 @@ def polygon_outline(corners: np.ndarray, thickness: int) -> tuple[np.ndarray, np
     return px[:, 1], px[:, 0]
 
 
+def paint_pixels(frame: RawFrame, ys: np.ndarray, xs: np.ndarray, rgb: Color) -> tuple[int, int]:
+    """Paint pixels given by row/column lists, rasterised into a small local mask and painted through slices;
+    returns the top-left corner of their bounding box."""
+    x1, y1 = int(xs.min()), int(ys.min())
+    mask = np.zeros((int(ys.max()) - y1 + 1, int(xs.max()) - x1 + 1), dtype=bool)
+    mask[ys - y1, xs - x1] = True
+    fill_rect(frame, x1, y1, x1 + mask.shape[1], y1 + mask.shape[0], rgb, torch.from_numpy(mask))
+    return x1, y1
+
+
 @functools.lru_cache(maxsize=4096)
 def text_mask(text: str, scale: int) -> Tensor:
     """bool [7*scale, 6*len*scale] bitmap of ``text`` (5x7 glyphs, one blank column between characters)."""
@@ -146,12 +156,58 @@ def draw_detections(frame: RawFrame, boxes_xyxy: Tensor, angles_rad: Tensor | No
     for (x1, y1, x2, y2), angle, color, text in zip(boxes, angles, colors, texts):
         if angle:
             corners = rotated_corners((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, angle)
-            ys, xs = polygon_outline(corners, thickness)
-            x1, y1 = int(xs.min()), int(ys.min())
-            mask = np.zeros((int(ys.max()) - y1 + 1, int(xs.max()) - x1 + 1), dtype=bool)
-            mask[ys - y1, xs - x1] = True  # rasterise into a small local mask, then paint through slices
-            fill_rect(frame, x1, y1, x1 + mask.shape[1], y1 + mask.shape[0], color, torch.from_numpy(mask))
+            x1, y1 = paint_pixels(frame, *polygon_outline(corners, thickness), color)
         else:
             rect_outline(frame, x1, y1, x2, y2, thickness, color)
         if text:
             draw_label(frame, text, x1, y1, font_scale, (255, 255, 255), color)
+
+
+COCO17_SKELETON: Final = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7), (6, 8),
+                          (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
+"""COCO's 17-keypoint limbs, 0-based (nose, eyes, ears, shoulders, elbows, wrists, hips, knees, ankles)."""
+
+
+def blend_mask(frame: RawFrame, x: int, y: int, mask: Tensor, rgb: Color, alpha: float) -> None:
+    """Blend ``rgb`` with weight ``alpha`` into the pixels where ``mask`` (uint8/bool [h, w], placed at (x, y)) is
+    set; YUV frames blend luma per pixel and chroma where the mask's even pixels are set."""
+    h, w = mask.shape
+    cx1, cy1, cx2, cy2 = max(x, 0), max(y, 0), min(x + w, frame.width), min(y + h, frame.height)
+    if cx1 >= cx2 or cy1 >= cy2:
+        return
+    sel = mask[cy1 - y : cy2 - y, cx1 - x : cx2 - x].numpy().astype(bool)
+    if frame.format in _RGB_INDEX:
+        targets = [(frame.planes[0][cy1:cy2, cx1:cx2][..., c], sel, v) for c, v in zip(_RGB_INDEX[frame.format], rgb)]
+    else:
+        yy, u, v = _yuv(rgb)
+        half = (slice(cy1 // 2, (cy2 + 1) // 2), slice(cx1 // 2, (cx2 + 1) // 2))
+        chroma = (frame.planes[1][half][..., 0], frame.planes[1][half][..., 1]) if frame.format == "NV12" \
+            else (frame.planes[1][half], frame.planes[2][half])
+        csel = sel[(cy1 % 2)::2, (cx1 % 2)::2]
+        targets = [(frame.planes[0][cy1:cy2, cx1:cx2], sel, yy)]
+        targets += [(plane[: csel.shape[0], : csel.shape[1]], csel[: plane.shape[0], : plane.shape[1]], value)
+                    for plane, value in zip(chroma, (u, v))]
+    for plane, where, value in targets:
+        region = plane[: where.shape[0], : where.shape[1]]
+        view = region.numpy() if isinstance(region, torch.Tensor) else region
+        view[where] = (view[where] * (1.0 - alpha) + value * alpha + 0.5).astype(np.uint8)
+
+
+def draw_skeleton(frame: RawFrame, keypoints: Tensor, edges: tuple[tuple[int, int], ...], rgb: Color,
+                  min_score: float = 0.5, thickness: int = 2) -> None:
+    """Limbs (``edges`` between keypoints both scoring ``>= min_score``) and a dot per such keypoint.
+
+    Args:
+        keypoints: float [K, 3] x, y, score in frame pixels.
+    """
+    pts = keypoints.tolist()
+    seen = [s >= min_score for _, _, s in pts]
+    lines = [np.array([pts[a][:2], pts[b][:2]]) for a, b in edges if a < len(pts) and b < len(pts) and seen[a]
+             and seen[b]]
+    if lines:
+        ys, xs = zip(*(polygon_outline(line, thickness) for line in lines))
+        paint_pixels(frame, np.concatenate(ys), np.concatenate(xs), rgb)
+    r = thickness + 1
+    for (px, py, _), ok in zip(pts, seen):
+        if ok:
+            fill_rect(frame, round(px) - r, round(py) - r, round(px) + r + 1, round(py) + r + 1, rgb)

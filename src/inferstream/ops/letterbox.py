@@ -198,6 +198,20 @@ def unletterbox_xyxy(boxes: Tensor, scale_x: Param, scale_y: Param, pad_x: Param
     return torch.stack((x[:, 0], y[:, 0], x[:, 1], y[:, 1]), dim=-1)
 
 
+def unletterbox_keypoints(kpts: Tensor, lb: Letterbox, image_ids: Tensor, frames: Sequence[RawFrame]) -> Tensor:
+    """``(N, K, 3)`` keypoints from model-input to frame pixels, clipped to the frame (ultralytics' ``scale_coords``).
+
+    Args:
+        kpts: x, y, score per keypoint (host).
+        lb: the batch's letterbox parameters; ``image_ids`` the image of each row; ``frames`` the batch.
+    """
+    sizes = torch.tensor([[f.width, f.height] for f in frames], dtype=torch.float32)[image_ids][:, None, :]
+    scale = torch.stack((lb.scale_x[image_ids], lb.scale_y[image_ids]), dim=1)[:, None, :].float()
+    pad = torch.stack((lb.pad_x[image_ids], lb.pad_y[image_ids]), dim=1)[:, None, :].float()
+    xy = ((kpts[..., :2] - pad) / scale).clamp(min=0)
+    return torch.cat((torch.minimum(xy, sizes), kpts[..., 2:]), dim=2)
+
+
 def unletterbox_cxcywh(boxes: Tensor, scale_x: Param, scale_y: Param, pad_x: Param, pad_y: Param) -> Tensor:
     """Map centre/size boxes (oriented boxes before rotation) back to frame pixels, as ``scale_boxes(xywh=True)``.
 
