@@ -45,7 +45,8 @@ def shifted_blob_detector() -> nn.Module:
 
 class _OddLayout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean(dim=(2, 3)).repeat(1, 3)[:, :7]  # (B, 7): no decoder understands it
+        # (B, 7, 3): no family has it ((B, nc) alone is a classifier's, (B, K, 6/7) YOLO's final rows)
+        return x.mean(dim=(2, 3)).repeat(1, 7)[:, :, None].expand(-1, -1, 3)[:, :7]
 
 
 def odd_layout_model() -> nn.Module:

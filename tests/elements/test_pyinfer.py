@@ -142,7 +142,7 @@ def test_pyinfer_not_a_model_is_an_error(tmp_path: Path) -> None:
 def test_pyinfer_unknown_output_layout_suggests_model_family() -> None:
     err = _error_of("videotestsrc num-buffers=1 ! video/x-raw,format=RGB ! pyinfer model=blobs:odd_layout_model "
                     "! fakesink")
-    assert "model-family" in err and "(1, 7)" in err
+    assert "model-family" in err and "(1, 7, 3)" in err and "postprocess" in err
 
 
 def test_pyinfer_cuda_graph_on_cpu_is_refused_at_start() -> None:
