@@ -71,6 +71,64 @@ def letterbox_geometry(frame_hw: tuple[int, int], size_hw: tuple[int, int],
     return new_h, new_w, round((th - new_h) / 2 - 0.1), round((tw - new_w) / 2 - 0.1)
 
 
+def rect_input_size(frames_hw: Sequence[tuple[int, int]], size_hw: tuple[int, int], stride: int) -> tuple[int, int]:
+    """The smallest input that holds every frame as ``size_hw`` would, with no padding beyond a stride multiple.
+
+    This is ultralytics' ``LetterBox(auto=True, stride=stride)`` (its predict on PyTorch and dynamic models): the
+    scale is the one ``size_hw`` gives, the padding is cut to ``d % stride``; 768x576 video at 640 runs at 640x480.
+    Frames of several sizes share one input per batch: the largest height and width of their own rectangles (each at
+    most ``size_hw``), so every frame keeps the scale ``size_hw`` gives it (ultralytics falls back to ``size_hw``
+    for a batch of mixed sizes, which changes only the padding).
+
+    Args:
+        frames_hw: (height, width) of each frame, pixels, at least one.
+        size_hw: (height, width) of the square (or fixed) input the model would otherwise run at.
+        stride: the network's largest stride; both sides of the result are ``size`` minus a multiple of it.
+
+    Returns:
+        (height, width) of the input, pixels.
+
+    Raises:
+        ValueError: no frames, a bad size, or a stride that is not a positive int.
+    """
+    if not frames_hw:
+        raise ValueError("frames_hw: expected at least one frame size, got none")
+    if not isinstance(stride, int) or stride <= 0:
+        raise ValueError(f"stride: expected a positive int, got {stride!r}")
+    height = width = 0
+    for frame_hw in frames_hw:
+        new_h, new_w, _, _ = letterbox_geometry(frame_hw, size_hw)
+        height = max(height, new_h + (size_hw[0] - new_h) % stride)
+        width = max(width, new_w + (size_hw[1] - new_w) % stride)
+    return height, width
+
+
+def rect_geometry(frame_hw: tuple[int, int], fit_hw: tuple[int, int],
+                  size_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Where a frame lands in a rectangular input: scaled as into ``fit_hw``, centred in ``size_hw``.
+
+    ``letterbox_geometry(frame_hw, size_hw)`` would take the scale from the rectangle itself, which differs from
+    ultralytics' by one pixel for some sizes (its resized size comes from the square, then the padding is cut).
+
+    Args:
+        frame_hw: (height, width) of the frame, pixels.
+        fit_hw: (height, width) the scale is taken from (the model's square size).
+        size_hw: (height, width) of the input, at least the resized frame (``rect_input_size``'s answer).
+
+    Returns:
+        ``(new_h, new_w, top, left)``, as ``letterbox_geometry``.
+
+    Raises:
+        ValueError: a bad size, or a ``size_hw`` smaller than the resized frame.
+    """
+    new_h, new_w, _, _ = letterbox_geometry(frame_hw, fit_hw)
+    _check_size(size_hw, "size_hw")
+    (th, tw) = size_hw
+    if th < new_h or tw < new_w:
+        raise ValueError(f"size_hw {size_hw}: smaller than the resized frame ({new_h}, {new_w})")
+    return new_h, new_w, round((th - new_h) / 2 - 0.1), round((tw - new_w) / 2 - 0.1)
+
+
 def preprocess_batch(
     frames: Sequence[RawFrame],
     size_hw: tuple[int, int],
@@ -84,6 +142,7 @@ def preprocess_batch(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     bgr: bool = False,
+    fit_hw: tuple[int, int] | None = None,
 ) -> tuple[Tensor, Letterbox]:
     """Colour-convert, resize and letterbox a batch of frames into one model input.
 
@@ -106,6 +165,8 @@ def preprocess_batch(
         mean, std: per-channel normalisation of the [0, 1] values, ``(x - mean) / std``, applied to the whole
             batch at once after the resize (padding included); None: none.
         bgr: channels in B, G, R order.
+        fit_hw: scale each frame as into this size and centre it in ``size_hw`` (a ``rect_input_size``
+            rectangle; see ``rect_geometry``); None: into ``size_hw`` itself. Ignored with ``stretch``.
 
     Returns:
         ``(batch, letterbox)``: ``Tensor[B, 3, H, W]`` (RGB in [0, 1] and padding ``pad_value / 255`` unless
@@ -128,7 +189,8 @@ def preprocess_batch(
     if exact is None:
         exact = torch.device(device).type != "cuda"
     for (_, w, h, _, _), idx in groups.items():
-        new_h, new_w, top, left = letterbox_geometry((h, w), size_hw, stretch)
+        new_h, new_w, top, left = (rect_geometry((h, w), fit_hw, size_hw) if fit_hw and not stretch
+                                   else letterbox_geometry((h, w), size_hw, stretch))
         group = [frames[i] for i in idx]
         adjacent = idx[-1] - idx[0] == len(idx) - 1
         rows = slice(idx[0], idx[-1] + 1) if adjacent else torch.tensor(idx, device=device)
