@@ -172,10 +172,12 @@ def main() -> None:
                 runs.setdefault((streams, kind), []).append(result)
                 print(f"round {rnd + 1} streams {streams} {kind}: {result['fps']:.2f} frames/s "
                       f"({result['threads']} torch threads)", flush=True)
+                write_table(runs, args, quiet=True)  # a run cut short keeps the rounds done so far
     write_table(runs, args)
 
 
-def write_table(runs: dict[tuple[int, str], list[dict[str, float]]], args: argparse.Namespace) -> None:
+def write_table(runs: dict[tuple[int, str], list[dict[str, float]]], args: argparse.Namespace,
+                quiet: bool = False) -> None:
     def cell(streams: int, kind: str) -> str:
         got = runs.get((streams, kind))
         if not got:
@@ -199,7 +201,8 @@ def write_table(runs: dict[tuple[int, str], list[dict[str, float]]], args: argpa
                      + f" | {ratio(streams, 'pyinfer-torch', 'mp_yolo-all')} | "
                      f"{ratio(streams, 'pyinfer-onnx', 'mp_yolo-all')} |")
     text = "\n".join(lines)
-    print(text)
+    if not quiet:
+        print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "peer_modelpipe.md").write_text(text + "\n")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 
@@ -311,10 +311,18 @@ def _resize(rgb: Tensor, new_h: int, new_w: int) -> Tensor:
     cv2 works in fixed point: 11-bit weights, a horizontal pass into int32, then a vertical pass that keeps the
     high half of 16-bit products (its SIMD kernel): ``(((h0 >> 4) * b0 >> 16) + ((h1 >> 4) * b1 >> 16) + 2) >> 2``.
     Reproducing that makes downscaled frames bit-identical to ``cv2.resize`` (upscaling: >99 % of pixels, the
-    rest one level off, where cv2 finishes a row with its scalar kernel).
+    rest one level off, where cv2 finishes a row with its scalar kernel). On the CPU, where OpenCV is installed
+    (the ultralytics extra brings it), ``cv2.resize`` itself runs, one plane at a time: identical to cv2 on the packed
+    frame, upscaling included, and ~15x faster than the emulation (35 vs 510 ms for 768x576 -> 640x480 on a loaded
+    2-core VM).
     """
     if rgb.shape[-2:] == (new_h, new_w):
         return rgb.float()
+    if rgb.device.type == "cpu" and (cv2 := _opencv()) is not None:
+        out = torch.empty((*rgb.shape[:-2], new_h, new_w), dtype=torch.uint8)
+        for src, dst in zip(rgb.contiguous().view(-1, *rgb.shape[-2:]), out.view(-1, new_h, new_w)):
+            cv2.resize(src.numpy(), (new_w, new_h), dst=dst.numpy(), interpolation=cv2.INTER_LINEAR)
+        return out.float()
     x0, x1, a0, a1 = _linear_taps(rgb.shape[-1], new_w, rgb.device)
     y0, y1, b0, b1 = _linear_taps(rgb.shape[-2], new_h, rgb.device)
     rows = rgb.index_select(-1, x0).int().mul_(a0).add_(rgb.index_select(-1, x1).int().mul_(a1))  # [G, 3, h, W]
@@ -322,6 +330,16 @@ def _resize(rgb: Tensor, new_h: int, new_w: int) -> Tensor:
     top = rows.index_select(-2, y0).mul_(b0[:, None]).bitwise_right_shift_(16)
     bottom = rows.index_select(-2, y1).mul_(b1[:, None]).bitwise_right_shift_(16)
     return top.add_(bottom).add_(2).bitwise_right_shift_(2).clamp_(0, 255).float()
+
+
+@functools.cache
+def _opencv() -> Any:
+    """The cv2 module, or None when OpenCV is not installed (then the torch emulation runs)."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2
 
 
 @functools.lru_cache(maxsize=64)
