@@ -33,6 +33,7 @@ class InferConfig:
     labels: tuple[str, ...] | None = None
     params: DecodeParams = DecodeParams()
     input_size: tuple[int, int] | None = None  # (height, width); None: from the model
+    rect: bool | None = None  # run at the frames' rectangle (see Detector.rect_stride); None: on the CPU
     device: str = "cpu"
     precision: str = "auto"
     backend: str = "auto"
@@ -104,6 +105,7 @@ class Detector:
                 and len(self.labels) != self.num_classes:
             raise ConfigError(f"{len(self.labels)} labels given but the classifier's output {self.output_shapes[0]} "
                               f"has {self.num_classes} classes")
+        self.rect_stride = self._rect_stride()
         if not self.labels:
             self.labels = tuple(f"class{i}" for i in range(self.num_classes))
         elif len(self.labels) < self.num_classes:
@@ -133,6 +135,32 @@ class Detector:
         from inferstream.models.registry import FAMILIES
 
         return FAMILIES.get(self.family)
+
+    def _rect_stride(self) -> int | None:
+        """The stride of the rectangle each batch runs at, or None: always ``input_size``.
+
+        A rectangle (ultralytics' ``LetterBox(auto=True)``: 640x480 for 4:3 video, a quarter fewer pixels than
+        640x640, and ``yolo predict``'s boxes) needs a model that takes any size (no fixed input in the file), a
+        decoder that does not depend on the size, a letterbox, and no size given by the user. ``rect=None`` uses it
+        on the CPU only: on CUDA every new shape is one more CUDA graph, not measured yet.
+
+        Raises:
+            ConfigError: ``rect=True`` (``input-size=auto-rect``) for a model that cannot take it.
+        """
+        from inferstream.models.registry import FAMILIES
+
+        info = self.backend.info
+        why = ("the model's input is fixed at {}x{}".format(*info.input_size[::-1]) if info.input_size
+               else "an input-size is given" if self.cfg.input_size
+               else f"model-family {self.family} decodes relative to the input size"
+               if not (self.family in FAMILIES and FAMILIES[self.family].any_size)
+               else "resize=stretch fills the input" if self.preprocess.resize != "letterbox" else None)
+        if self.cfg.rect and why:
+            raise ConfigError(f"input-size=auto-rect: not for this model, {why}")
+        if why or not (self.cfg.rect or self.cfg.rect is None and self.backend.device.type == "cpu"):
+            return None
+        stride = info.extra.get("stride", "32")
+        return int(stride) if stride.isdigit() and int(stride) > 0 else 32
 
     def _dummy_forward(self, batch: int) -> list[torch.Tensor]:
         import torch
@@ -164,15 +192,20 @@ class Detector:
         import torch
 
         from inferstream.detections import Detections
-        from inferstream.ops.letterbox import clip_xyxy, preprocess_batch, unletterbox_keypoints, unletterbox_xyxy
+        from inferstream.ops.letterbox import (clip_xyxy, preprocess_batch, rect_input_size, unletterbox_keypoints,
+                                               unletterbox_xyxy)
 
         with torch.inference_mode(), _on_stream(self._stream):
             exact, resize_first = _PREPROCESS[self.cfg.preprocess]
             spec = self.preprocess
             if exact is None and spec.resample == "float":  # the family's own predict resizes in float
                 exact = False
-            batch, lb = preprocess_batch(frames, self.input_size, self.backend.device, self.backend.dtype,
-                                         exact=exact, resize_first=resize_first, stretch=spec.resize == "stretch",
+            size = self.input_size
+            if self.rect_stride:  # one shape for the batch: every frame at the scale input_size gives it
+                size = rect_input_size([(f.height, f.width) for f in frames], size, self.rect_stride)
+            batch, lb = preprocess_batch(frames, size, self.backend.device, self.backend.dtype,
+                                         fit_hw=self.input_size if self.rect_stride else None, exact=exact,
+                                         resize_first=resize_first, stretch=spec.resize == "stretch",
                                          pad_value=spec.pad_value, bgr=spec.bgr,
                                          mean=spec.mean if spec.normalises else None,
                                          std=spec.std if spec.normalises else None)

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from inferstream.backends.base import ModelInfo
 from inferstream.backends.loader import load_backend
-from inferstream.backends.torch_backend import TorchBackend
+from inferstream.backends.torch_backend import TorchBackend, preferred_memory_format
 from inferstream.errors import BackendInitError, ConfigError, ModelNotFoundError, UnsupportedModelError
 
 from .conftest import IMGSZ, YoloFiles
@@ -210,3 +211,48 @@ def test_torch_backend_close_then_call_raises() -> None:
     backend.close()
     with pytest.raises(BackendInitError, match="closed"):
         backend(_batch(b=1, size=64))
+
+
+def _ultralytics_nchw(pt: Path) -> torch.nn.Module:
+    """ultralytics' own network from the checkpoint, fused, in eval mode and NCHW (the reference layout)."""
+    from ultralytics import YOLO
+
+    threads = torch.get_num_threads()
+    model = YOLO(str(pt)).model.float().fuse(verbose=False).eval().to(memory_format=torch.contiguous_format)
+    torch.set_num_threads(threads)
+    return model
+
+
+@pytest.mark.skipif(preferred_memory_format(torch.nn.Conv2d(3, 8, 3), torch.device("cpu")) != torch.channels_last,
+                    reason="channels_last is used on x86 CPUs with oneDNN only")
+def test_torch_backend_cpu_module_runs_channels_last_as_ultralytics_nchw(yolo_files: dict[str, YoloFiles],
+                                                                          person_models: Path) -> None:
+    for pt, x in ((yolo_files["yolo11n"].pt, _batch(b=2)), (person_models / "best.pt", _batch(b=1, size=320))):
+        backend = load_backend(str(pt), trust_checkpoint=True)
+        assert backend.memory_format == torch.channels_last
+        (ours,) = backend(x)
+        with torch.inference_mode():
+            ref = _ultralytics_nchw(pt)(x.contiguous())[0]
+        assert ours.shape == ref.shape
+        torch.testing.assert_close(ours, ref, atol=5e-4, rtol=1e-4)  # boxes in input pixels, scores in 0..1
+
+
+def test_torch_backend_memory_format_rule_keeps_cuda_and_callables_nchw() -> None:
+    conv = torch.nn.Conv2d(3, 4, 3)
+    assert preferred_memory_format(conv, torch.device("cuda")) == torch.contiguous_format  # CUDA graphs: as measured
+    assert preferred_memory_format(lambda x: x, torch.device("cpu")) == torch.contiguous_format  # nothing to convert
+    backend = TorchBackend(conv, ModelInfo(), torch.device("cpu"), torch.float32)
+    expected = torch.channels_last if preferred_memory_format(conv, torch.device("cpu")) == torch.channels_last \
+        else torch.contiguous_format
+    assert backend.memory_format == expected and conv.weight.is_contiguous(memory_format=expected)
+    x = _batch(b=1, size=16)
+    torch.testing.assert_close(backend(x)[0], torch.nn.functional.conv2d(x, conv.weight, conv.bias))
+
+
+def test_modules_that_are_not_mostly_convolutions_stay_nchw() -> None:
+    """A transformer (RF-DETR's ViT: a patch conv, then linear layers) gains nothing from channels_last."""
+    vit_like = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 16, stride=16), torch.nn.Flatten(2),
+                                   torch.nn.Linear(4, 512), torch.nn.Linear(512, 512))
+    cpu = torch.device("cpu")
+    assert preferred_memory_format(vit_like, cpu) == torch.contiguous_format
+    assert preferred_memory_format(torch.nn.Identity(), cpu) == torch.contiguous_format  # no weights at all

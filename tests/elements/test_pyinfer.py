@@ -132,6 +132,12 @@ def test_pyinfer_missing_model_names_the_path(tmp_path: Path) -> None:
     assert str(missing) in err
 
 
+def test_pyinfer_auto_rect_on_a_fixed_input_model_is_a_bus_error(person_onnx: Path) -> None:
+    err = _error_of(f"videotestsrc num-buffers=1 ! video/x-raw,format=RGB ! pyinfer model={person_onnx} "
+                    "input-size=auto-rect ! fakesink")
+    assert "auto-rect: not for this model, the model's input is fixed at 640x640" in err
+
+
 def test_pyinfer_not_a_model_is_an_error(tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"this is not a model" * 10)

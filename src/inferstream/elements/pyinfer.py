@@ -78,9 +78,12 @@ def _cuda_memory_unavailable(device: str) -> str | None:
     return None
 
 
+AUTO_RECT = "auto-rect"
+
+
 def _parse_size(text: str) -> tuple[int, int] | None:
-    """'640' → (640, 640); '640x384' (width x height) → (384, 640); '' → None (from the model)."""
-    if not text:
+    """'640' → (640, 640); '640x384' (width x height) → (384, 640); '' or 'auto-rect' → None (from the model)."""
+    if not text or text.strip().lower() == AUTO_RECT:
         return None
     try:
         w, _, h = text.lower().partition("x")
@@ -144,7 +147,9 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     iou_threshold = props.number("IoU threshold", "Non-maximum suppression IoU threshold", 0.45, 0.0, 1.0)
     max_detections = props.integer("Max detections", "At most this many detections per frame", 300, 1, 10000)
     classes = props.string("Classes", "Keep only these class ids (comma-separated); empty keeps all")
-    input_size = props.string("Input size", "Network input N or WIDTHxHEIGHT; empty: from the model (else 640)")
+    input_size = props.string("Input size", "Network input N or WIDTHxHEIGHT; empty: from the model (else 640), on "
+                              "the CPU as the frames' stride-multiple rectangle when the model takes any size "
+                              "(yolo predict's rect: 640x480 for 4:3 video); auto-rect: that rectangle on any device")
     device = props.string("Device", "Torch device: cpu, cuda, cuda:N", "cpu")
     precision = props.choice("Precision", "Compute precision; auto is fp16 on CUDA, fp32 on CPU",
                              PRECISIONS, "auto")
@@ -317,7 +322,9 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         params = DecodeParams(conf=self.confidence_threshold, iou=self.iou_threshold, max_det=self.max_detections,
                               classes=_parse_classes(self.classes), class_conf=self._class_conf)
         return InferConfig(model=model, family=self.model_family, labels=_labels(self.labels), params=params,
-                           input_size=_parse_size(self.input_size), device=self.device, precision=self.precision,
+                           input_size=_parse_size(self.input_size),
+                           rect=True if self.input_size.strip().lower() == AUTO_RECT else None,
+                           device=self.device, precision=self.precision,
                            backend=self.backend, trust_checkpoint=self.trust_checkpoint,
                            postprocess=self.postprocess or None, graph=self.graph,
                            preprocess=self.preprocess, transform=self._transform(),

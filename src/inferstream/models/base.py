@@ -169,6 +169,8 @@ class Family:
             (height, width) the model runs at (normalised boxes are scaled by it).
         preprocess: how frames become the model's input.
         kinds: which results it yields, a subset of ``RESULT_KINDS``.
+        any_size: the decoder does not depend on the input size (boxes come out in input pixels), so a model
+            that takes any size may run at the frames' stride-multiple rectangle (ultralytics' rect predict).
     """
 
     name: str
@@ -177,6 +179,7 @@ class Family:
     build: Callable[[Sequence[Shape], ModelInfo, tuple[int, int]], Decoder]
     preprocess: Preprocess = Preprocess()
     kinds: frozenset[str] = frozenset({"boxes"})
+    any_size: bool = False
 
     def __post_init__(self) -> None:
         if not self.kinds <= RESULT_KINDS:

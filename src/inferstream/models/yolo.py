@@ -283,12 +283,13 @@ def _build_obb_end2end(shapes: Sequence[Shape], info: ModelInfo, _input_hw: tupl
 _ORIENTED = frozenset({"boxes", "oriented"})
 FAMILIES = (
     Family("yolo", "(B, 4+nc, A): cx,cy,w,h + class scores, needs NMS (YOLOv5u/v8/v11, YOLO26 one-to-many)",
-           _match_detect, _build_detect),
+           _match_detect, _build_detect, any_size=True),
     Family("yolo-end2end", "(B, K, 6): x1,y1,x2,y2,score,class (YOLO26/YOLOv10 end-to-end, export(nms=True))",
-           _match_end2end, _build_end2end),
+           _match_end2end, _build_end2end, any_size=True),
     Family("yolo-obb", "(B, 4+nc+1, A): cx,cy,w,h + class scores + angle, needs rotated NMS (YOLOv8/11/26-OBB)",
-           _match_obb, _build_obb, kinds=_ORIENTED),
+           _match_obb, _build_obb, kinds=_ORIENTED, any_size=True),
     Family("yolo-obb-end2end", "(B, K, 7): cx,cy,w,h,score,class,angle (YOLO26-OBB end-to-end, OBB "
-           "export(nms=True))", _match_obb_end2end, _build_obb_end2end, kinds=_ORIENTED),
+           "export(nms=True))", _match_obb_end2end, _build_obb_end2end, kinds=_ORIENTED,
+           any_size=True),
 )
 """Ultralytics' letterbox (pad 114, /255, cv2 resize): the default Preprocess."""

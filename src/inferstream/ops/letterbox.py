@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 
@@ -71,6 +71,64 @@ def letterbox_geometry(frame_hw: tuple[int, int], size_hw: tuple[int, int],
     return new_h, new_w, round((th - new_h) / 2 - 0.1), round((tw - new_w) / 2 - 0.1)
 
 
+def rect_input_size(frames_hw: Sequence[tuple[int, int]], size_hw: tuple[int, int], stride: int) -> tuple[int, int]:
+    """The smallest input that holds every frame as ``size_hw`` would, with no padding beyond a stride multiple.
+
+    This is ultralytics' ``LetterBox(auto=True, stride=stride)`` (its predict on PyTorch and dynamic models): the
+    scale is the one ``size_hw`` gives, the padding is cut to ``d % stride``; 768x576 video at 640 runs at 640x480.
+    Frames of several sizes share one input per batch: the largest height and width of their own rectangles (each at
+    most ``size_hw``), so every frame keeps the scale ``size_hw`` gives it (ultralytics falls back to ``size_hw``
+    for a batch of mixed sizes, which changes only the padding).
+
+    Args:
+        frames_hw: (height, width) of each frame, pixels, at least one.
+        size_hw: (height, width) of the square (or fixed) input the model would otherwise run at.
+        stride: the network's largest stride; both sides of the result are ``size`` minus a multiple of it.
+
+    Returns:
+        (height, width) of the input, pixels.
+
+    Raises:
+        ValueError: no frames, a bad size, or a stride that is not a positive int.
+    """
+    if not frames_hw:
+        raise ValueError("frames_hw: expected at least one frame size, got none")
+    if not isinstance(stride, int) or stride <= 0:
+        raise ValueError(f"stride: expected a positive int, got {stride!r}")
+    height = width = 0
+    for frame_hw in frames_hw:
+        new_h, new_w, _, _ = letterbox_geometry(frame_hw, size_hw)
+        height = max(height, new_h + (size_hw[0] - new_h) % stride)
+        width = max(width, new_w + (size_hw[1] - new_w) % stride)
+    return height, width
+
+
+def rect_geometry(frame_hw: tuple[int, int], fit_hw: tuple[int, int],
+                  size_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Where a frame lands in a rectangular input: scaled as into ``fit_hw``, centred in ``size_hw``.
+
+    ``letterbox_geometry(frame_hw, size_hw)`` would take the scale from the rectangle itself, which differs from
+    ultralytics' by one pixel for some sizes (its resized size comes from the square, then the padding is cut).
+
+    Args:
+        frame_hw: (height, width) of the frame, pixels.
+        fit_hw: (height, width) the scale is taken from (the model's square size).
+        size_hw: (height, width) of the input, at least the resized frame (``rect_input_size``'s answer).
+
+    Returns:
+        ``(new_h, new_w, top, left)``, as ``letterbox_geometry``.
+
+    Raises:
+        ValueError: a bad size, or a ``size_hw`` smaller than the resized frame.
+    """
+    new_h, new_w, _, _ = letterbox_geometry(frame_hw, fit_hw)
+    _check_size(size_hw, "size_hw")
+    (th, tw) = size_hw
+    if th < new_h or tw < new_w:
+        raise ValueError(f"size_hw {size_hw}: smaller than the resized frame ({new_h}, {new_w})")
+    return new_h, new_w, round((th - new_h) / 2 - 0.1), round((tw - new_w) / 2 - 0.1)
+
+
 def preprocess_batch(
     frames: Sequence[RawFrame],
     size_hw: tuple[int, int],
@@ -84,6 +142,7 @@ def preprocess_batch(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     bgr: bool = False,
+    fit_hw: tuple[int, int] | None = None,
 ) -> tuple[Tensor, Letterbox]:
     """Colour-convert, resize and letterbox a batch of frames into one model input.
 
@@ -106,6 +165,8 @@ def preprocess_batch(
         mean, std: per-channel normalisation of the [0, 1] values, ``(x - mean) / std``, applied to the whole
             batch at once after the resize (padding included); None: none.
         bgr: channels in B, G, R order.
+        fit_hw: scale each frame as into this size and centre it in ``size_hw`` (a ``rect_input_size``
+            rectangle; see ``rect_geometry``); None: into ``size_hw`` itself. Ignored with ``stretch``.
 
     Returns:
         ``(batch, letterbox)``: ``Tensor[B, 3, H, W]`` (RGB in [0, 1] and padding ``pad_value / 255`` unless
@@ -128,7 +189,8 @@ def preprocess_batch(
     if exact is None:
         exact = torch.device(device).type != "cuda"
     for (_, w, h, _, _), idx in groups.items():
-        new_h, new_w, top, left = letterbox_geometry((h, w), size_hw, stretch)
+        new_h, new_w, top, left = (rect_geometry((h, w), fit_hw, size_hw) if fit_hw and not stretch
+                                   else letterbox_geometry((h, w), size_hw, stretch))
         group = [frames[i] for i in idx]
         adjacent = idx[-1] - idx[0] == len(idx) - 1
         rows = slice(idx[0], idx[-1] + 1) if adjacent else torch.tensor(idx, device=device)
@@ -263,10 +325,18 @@ def _resize(rgb: Tensor, new_h: int, new_w: int) -> Tensor:
     cv2 works in fixed point: 11-bit weights, a horizontal pass into int32, then a vertical pass that keeps the
     high half of 16-bit products (its SIMD kernel): ``(((h0 >> 4) * b0 >> 16) + ((h1 >> 4) * b1 >> 16) + 2) >> 2``.
     Reproducing that makes downscaled frames bit-identical to ``cv2.resize`` (upscaling: >99 % of pixels, the
-    rest one level off, where cv2 finishes a row with its scalar kernel).
+    rest one level off, where cv2 finishes a row with its scalar kernel). On the CPU, where OpenCV is installed
+    (the ultralytics extra brings it), ``cv2.resize`` itself runs, one plane at a time: identical to cv2 on the packed
+    frame, upscaling included, and ~15x faster than the emulation (35 vs 510 ms for 768x576 -> 640x480 on a loaded
+    2-core VM).
     """
     if rgb.shape[-2:] == (new_h, new_w):
         return rgb.float()
+    if rgb.device.type == "cpu" and (cv2 := _opencv()) is not None:
+        out = torch.empty((*rgb.shape[:-2], new_h, new_w), dtype=torch.uint8)
+        for src, dst in zip(rgb.contiguous().view(-1, *rgb.shape[-2:]), out.view(-1, new_h, new_w)):
+            cv2.resize(src.numpy(), (new_w, new_h), dst=dst.numpy(), interpolation=cv2.INTER_LINEAR)
+        return out.float()
     x0, x1, a0, a1 = _linear_taps(rgb.shape[-1], new_w, rgb.device)
     y0, y1, b0, b1 = _linear_taps(rgb.shape[-2], new_h, rgb.device)
     rows = rgb.index_select(-1, x0).int().mul_(a0).add_(rgb.index_select(-1, x1).int().mul_(a1))  # [G, 3, h, W]
@@ -274,6 +344,16 @@ def _resize(rgb: Tensor, new_h: int, new_w: int) -> Tensor:
     top = rows.index_select(-2, y0).mul_(b0[:, None]).bitwise_right_shift_(16)
     bottom = rows.index_select(-2, y1).mul_(b1[:, None]).bitwise_right_shift_(16)
     return top.add_(bottom).add_(2).bitwise_right_shift_(2).clamp_(0, 255).float()
+
+
+@functools.cache
+def _opencv() -> Any:
+    """The cv2 module, or None when OpenCV is not installed (then the torch emulation runs)."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2
 
 
 @functools.lru_cache(maxsize=64)
