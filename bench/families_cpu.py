@@ -67,7 +67,7 @@ def main() -> None:
     for name in args.only.split(","):
         _build(name, cache)
         spec, size, extra = models[name]
-        raw = raw_fps(spec, size, args.frames)
+        raw = raw_fps(spec, args.frames, size)
         pipe = pipeline_fps(spec, args.frames, f"{extra} confidence-threshold=0.5")
         rows.append((name, f"{size[1]}x{size[0]}", raw, pipe))
         print(rows[-1], flush=True)
