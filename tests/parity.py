@@ -6,6 +6,8 @@ edges: that is the most any element can write.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 
 import gi
 import numpy as np
@@ -157,3 +159,21 @@ def randomise_yolo(model: torch.nn.Module, seed: int) -> None:
                 mod.weight.copy_(torch.randn(mod.weight.shape, generator=gen) * math.sqrt(2.0 / mod.weight[0].numel()))
                 if mod.bias is not None:
                     mod.bias.copy_(torch.randn(mod.bias.shape, generator=gen) - 1.0)
+
+
+def random_yolo_checkpoints(root: Path, models: Sequence[tuple[int, str]]) -> dict[str, Path]:
+    """``{name: path}`` of ultralytics models built from ``<name>.yaml`` with ``randomise_yolo(seed)`` weights and saved
+    as checkpoints in ``root`` (ultralytics' predict and pyinfer then load the same file)."""
+    from ultralytics import YOLO
+
+    threads = torch.get_num_threads()
+    paths = {}
+    try:
+        for seed, name in models:
+            model = YOLO(f"{name}.yaml")
+            randomise_yolo(model.model, seed)
+            paths[name] = root / f"{name}.pt"
+            model.save(paths[name])
+    finally:
+        torch.set_num_threads(threads)
+    return paths

@@ -13,27 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from parity import assert_same_boxes, decode_frames, gap_threshold, matched, pyinfer_frames, randomise_yolo
+from parity import assert_same_boxes, decode_frames, gap_threshold, matched, pyinfer_frames, random_yolo_checkpoints
 
 ultralytics = pytest.importorskip("ultralytics", reason="the reference predict needs the ultralytics extra")
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from ultralytics import YOLO
-
     root = tmp_path_factory.mktemp("tasks")
-    threads = torch.get_num_threads()
-    paths = {}
-    try:
-        for seed, name in ((3, "yolo11n-seg"), (4, "yolo11n-pose"), (1, "yolo26n-pose")):
-            model = YOLO(f"{name}.yaml")
-            randomise_yolo(model.model, seed)
-            paths[name] = root / f"{name}.pt"
-            model.save(paths[name])
-    finally:
-        torch.set_num_threads(threads)
-    return paths
+    return random_yolo_checkpoints(root, ((3, "yolo11n-seg"), (4, "yolo11n-pose"), (1, "yolo26n-pose")))
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from parity import assert_same_boxes, decode_frames, gap_threshold, pyinfer_frames, randomise_yolo
+from parity import assert_same_boxes, decode_frames, gap_threshold, pyinfer_frames, random_yolo_checkpoints
 
 ultralytics = pytest.importorskip("ultralytics", reason="the reference predict needs the ultralytics extra")
 
@@ -86,20 +86,8 @@ def test_person_detector_matches_ultralytics_on_bus(bus_frame: np.ndarray, perso
 
 @pytest.fixture(scope="module")
 def random_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from ultralytics import YOLO
-
     root = tmp_path_factory.mktemp("random")
-    threads = torch.get_num_threads()
-    paths = {}
-    try:
-        for seed, name in enumerate(("yolo11n", "yolo26n", "yolo11n-obb")):
-            model = YOLO(f"{name}.yaml")
-            randomise_yolo(model.model, seed)
-            paths[name] = root / f"{name}.pt"
-            model.save(paths[name])
-    finally:
-        torch.set_num_threads(threads)
-    return paths
+    return random_yolo_checkpoints(root, list(enumerate(("yolo11n", "yolo26n", "yolo11n-obb"))))
 
 
 def _gap_threshold(model: Path, frames: list[np.ndarray], **kw: object) -> float:
