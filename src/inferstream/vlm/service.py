@@ -70,8 +70,9 @@ class VlmClient:
             self.stats.pending += len(requests)
         answers = self._service.run_now(requests)
         for answer in answers:
-            self._count(answer)
             self._on_answer(answer)
+            with self._lock:
+                self._count(answer)
         return answers
 
     def reject(self, answer: VlmAnswer) -> None:
@@ -79,24 +80,27 @@ class VlmClient:
         with self._lock:
             self.stats.requested += 1
             self.stats.pending += 1
-        self._count(answer)
         self._on_answer(answer)
+        with self._lock:
+            self._count(answer)
 
     def deliver(self, answer: VlmAnswer) -> None:
-        """Called by a worker thread: count, notify, keep for the element's next buffer."""
-        self._count(answer)
+        """Called by a worker thread: report, keep for the element's next buffer, then count it done. In that order:
+        ``wait_idle`` (at EOS) returns once nothing is pending, and by then the answer's bus message is posted and
+        ``take`` finds it."""
         self._on_answer(answer)
         with self._lock:
             self._outbox.append(answer)
+            self._count(answer)
 
     def _count(self, answer: VlmAnswer) -> None:
-        with self._lock:
-            self.stats.pending -= 1
-            if answer.error is None:
-                self.stats.answered += 1
-            else:
-                self.stats.failed[answer.error.kind] = self.stats.failed.get(answer.error.kind, 0) + 1
-            self._idle.notify_all()
+        """One pending request done (the caller holds the lock)."""
+        self.stats.pending -= 1
+        if answer.error is None:
+            self.stats.answered += 1
+        else:
+            self.stats.failed[answer.error.kind] = self.stats.failed.get(answer.error.kind, 0) + 1
+        self._idle.notify_all()
 
     def take(self) -> list[VlmAnswer]:
         """Answers that arrived since the last call, in arrival order."""
