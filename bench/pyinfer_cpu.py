@@ -29,6 +29,12 @@ def pipeline_fps(model: Path | str, frames: int, extra: str = "") -> float:
     desc = (f"filesrc location={vtest_path()} ! decodebin ! videoconvert ! video/x-raw,format=RGB ! queue "
             f"max-size-buffers=8 ! pyinfer name=inf model={model} trust-checkpoint=true {extra} "
             f"! identity name=out eos-after={frames} ! fakesink sync=false")
+    return buffer_fps(desc)
+
+
+def buffer_fps(desc: str, warmup: int | None = None) -> float:
+    """Frames per second out of the element named ``out`` of ``desc``, played to EOS: from the first buffer after
+    ``warmup`` (None: up to 5, a quarter of them at most) to the last."""
     pipeline = Gst.parse_launch(desc)
     stamps: list[float] = []
     pipeline.get_by_name("out").get_static_pad("src").add_probe(
@@ -38,24 +44,28 @@ def pipeline_fps(model: Path | str, frames: int, extra: str = "") -> float:
     pipeline.set_state(Gst.State.NULL)
     if msg is None or msg.type == Gst.MessageType.ERROR:
         raise SystemExit(f"pipeline failed: {msg.parse_error() if msg else 'timeout'}")
-    skip = min(5, len(stamps) // 4)  # warm-up frames
+    skip = min(5, len(stamps) // 4) if warmup is None else warmup
     return (len(stamps) - 1 - skip) / (stamps[-1] - stamps[skip])
 
 
-def raw_fps(model: Path | str, frames: int, size: tuple[int, int] = (640, 640)) -> float:
-    """Frames per second of the backend alone on a ready batch of 1 (``size``: height, width)."""
+def raw_fps(model: Path | str, frames: int, size: tuple[int, int] = (640, 640), batch: int = 1,
+            device: str = "cpu") -> float:
+    """Forward passes per second of the backend alone on a ready ``(batch, 3, *size)`` input (``size``: height,
+    width); on CUDA each pass is waited for."""
     import torch
 
     from inferstream.backends.loader import load_backend
 
-    backend = load_backend(str(model), trust_checkpoint=True)
-    x = torch.rand((1, 3, *size), dtype=backend.dtype)
+    backend = load_backend(str(model), device=device, trust_checkpoint=True)
+    x = torch.rand((batch, 3, *size), dtype=backend.dtype, device=backend.device)
     for _ in range(3):
         backend(x)
     times = []
     for _ in range(frames):
         t0 = time.perf_counter()
         backend(x)
+        if backend.device.type == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return 1.0 / statistics.mean(times)
 

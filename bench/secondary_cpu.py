@@ -59,22 +59,9 @@ def _run(desc: str) -> tuple[float, float, dict[str, float]]:
 
 def _raw_fps(batch: int, size: int, device: str, frames: int) -> float:
     """Frames/s of the classifier alone on a ready ``(batch, 3, size, size)`` input (one batch per frame)."""
-    import torch
+    from pyinfer_cpu import raw_fps
 
-    from inferstream.backends.loader import load_backend
-
-    backend = load_backend(CLASSIFIER, device=device)
-    x = torch.rand((batch, 3, size, size), dtype=backend.dtype, device=backend.device)
-    for _ in range(3):
-        backend(x)
-    times = []
-    for _ in range(frames):
-        t0 = time.perf_counter()
-        backend(x)
-        if backend.device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return 1.0 / statistics.mean(times)
+    return raw_fps(CLASSIFIER, frames, (size, size), batch=batch, device=device)
 
 
 def main() -> None:

@@ -116,17 +116,10 @@ def _cuda_sync(device: str):
 
 def pipeline_fps(element: str, frames: int) -> float:
     """Frames/s of videotestsrc 640x480 RGB ! [element] ! fakesink, first to last buffer out of the chain."""
-    stamps: list[float] = []
-    pipeline = Gst.parse_launch(f"videotestsrc num-buffers={frames} pattern=ball ! video/x-raw,format=RGB,width=640,"
-                                f"height=480,framerate=30/1 ! {element} identity name=out ! fakesink sync=false")
-    pipeline.get_by_name("out").get_static_pad("src").add_probe(
-        Gst.PadProbeType.BUFFER, lambda *_: (stamps.append(time.perf_counter()), Gst.PadProbeReturn.OK)[1])
-    pipeline.set_state(Gst.State.PLAYING)
-    msg = pipeline.get_bus().timed_pop_filtered(600 * Gst.SECOND, Gst.MessageType.EOS | Gst.MessageType.ERROR)
-    pipeline.set_state(Gst.State.NULL)
-    if msg is None or msg.type == Gst.MessageType.ERROR:
-        raise RuntimeError(f"pipeline failed: {msg.parse_error() if msg else 'timeout'}")
-    return (len(stamps) - 1) / (stamps[-1] - stamps[0])
+    from pyinfer_cpu import buffer_fps
+
+    return buffer_fps(f"videotestsrc num-buffers={frames} pattern=ball ! video/x-raw,format=RGB,width=640,"
+                      f"height=480,framerate=30/1 ! {element} identity name=out ! fakesink sync=false", warmup=0)
 
 
 def main() -> None:
