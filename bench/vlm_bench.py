@@ -27,12 +27,10 @@ gi.require_version("GstBase", "1.0")
 from gi.repository import Gst, GstBase  # noqa: F401  (GstBase: the python plugin loader needs it loaded)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from vlm_models import TINY_TEXT, TINY_VISION, WORDS  # noqa: E402
 
 SHAPES = {
-    "tiny": ({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-              "image_size": 224, "patch_size": 32},
-             {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-              "num_key_value_heads": 2}, 60),
+    "tiny": (TINY_VISION, TINY_TEXT, len(WORDS)),
     "llava-3b": ({"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
                   "image_size": 336, "patch_size": 14},
                  {"hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16,
@@ -42,42 +40,11 @@ SHAPES = {
 
 def build(folder: Path, shape: str, dtype: str) -> Path:
     """A LLaVA of ``shape`` with random weights saved to ``folder`` (the tests' tokenizer and chat template)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import (
-        CLIPImageProcessor,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-        PreTrainedTokenizerFast,
-    )
-    from vlm_models import CHAT_TEMPLATE, WORDS
+    from vlm_models import build_llava
 
     vision_kw, text_kw, vocab = SHAPES[shape]
     words = WORDS + [f"v{i}" for i in range(vocab - len(WORDS))]
-    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", pad_token="<pad>", bos_token="<s>",
-                                  eos_token="</s>", extra_special_tokens={"image_token": "<image>"})
-    torch.manual_seed(0)
-    with torch.device("cpu"):
-        model = LlavaForConditionalGeneration(LlavaConfig(
-            vision_config=CLIPVisionConfig(**vision_kw),
-            text_config=LlamaConfig(**text_kw, vocab_size=vocab, pad_token_id=0, bos_token_id=2, eos_token_id=3),
-            image_token_index=4, vision_feature_layer=-2))
-    if dtype != "auto":
-        model = model.to(getattr(torch, dtype))
-    model.generation_config.suppress_tokens = list(range(7))
-    size = vision_kw["image_size"]
-    processor = LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": size},
-                                                                  crop_size={"height": size, "width": size}),
-                               tokenizer=tok, patch_size=vision_kw["patch_size"], num_additional_image_tokens=1,
-                               vision_feature_select_strategy="default", chat_template=CHAT_TEMPLATE)
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return build_llava(folder, vision_kw, text_kw, words, dtype=dtype, feature_layer=-2)
 
 
 def answers_per_s(folder: Path, device: str, dtype: str, batches: list[int], tokens: int, repeats: int) -> dict:
