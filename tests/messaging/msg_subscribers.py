@@ -4,13 +4,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import confluent_kafka as ck
 import paho.mqtt.client as mqtt
 import pika
 import redis
 from paho.mqtt.enums import CallbackAPIVersion
+
+if TYPE_CHECKING:
+    from typing import Self  # 3.11; annotations are not evaluated at run time
 
 
 class MqttSubscriber:
@@ -107,3 +111,31 @@ def kafka_read_all(port: int, topic: str, idle: float = 1.0, timeout: float = 30
     finally:
         consumer.close()
     return [m for p in sorted(out) for m in out[p]]
+
+
+class PacedProducer:
+    """Submits messages 0, 1, 2, ... at ``rate`` per second on a thread while the ``with`` block runs (the outage
+    tests' load); ``sent`` is how many were submitted, final once the block is left. The thread always stops, even
+    when the block fails (pytest would wait for it at exit)."""
+
+    def __init__(self, submit: Callable[[int], bool], rate: float = 300.0) -> None:
+        self.submit, self.rate, self.sent = submit, rate, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - t0) * self.rate)
+            while self.sent < due:
+                assert self.submit(self.sent)
+                self.sent += 1
+            time.sleep(0.005)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from msg_servers import BINARIES, BrokerServer, ClosedMosquitto, PasswordRedis, free_port
-from msg_subscribers import MqttSubscriber, amqp_read_all, redis_read_all
+from msg_subscribers import MqttSubscriber, PacedProducer, amqp_read_all, redis_read_all
 
 from inferstream.messaging.brokers import (
     BrokerRejectedError,
@@ -114,22 +113,7 @@ def test_publisher_survives_broker_outage(proto: str, outage_s: float, fresh_ser
     # a small memory bound so that the outage really goes through the disk spool
     pub = _publisher(proto, server.port, tmp_path / "spool", events, memory_messages=200, batch_size=64)
     pub.start()
-    rate, sent = 300.0, 0
-    stop = threading.Event()
-
-    def produce() -> None:
-        nonlocal sent
-        t0 = time.monotonic()
-        while not stop.is_set():
-            due = int((time.monotonic() - t0) * rate)
-            while sent < due:
-                assert pub.submit(topic, _payload(sent))
-                sent += 1
-            time.sleep(0.005)
-
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
-    try:
+    with PacedProducer(lambda i: pub.submit(topic, _payload(i))) as producer:
         time.sleep(1.0)
         server.stop()
         down_at = time.monotonic()
@@ -138,9 +122,7 @@ def test_publisher_survives_broker_outage(proto: str, outage_s: float, fresh_ser
         down_s = time.monotonic() - down_at
         spooled_during = pub.stats().spooled
         time.sleep(1.0)
-    finally:  # a failed restart must not leave the producer running (pytest would wait for it at exit)
-        stop.set()
-        producer.join()
+    sent = producer.sent
     report = pub.flush(60)
     stats = pub.stats()
     pub.close()

@@ -9,7 +9,6 @@ counted and bounded by one batch (the batch in flight when the link was cut).
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections import Counter
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from msg_servers import BrokerServer, TansuProxy
-from msg_subscribers import kafka_read_all
+from msg_subscribers import PacedProducer, kafka_read_all
 
 from inferstream.messaging.brokers import BrokerError, create_client, parse_conn_str
 from inferstream.messaging.publisher import Publisher, PublisherConfig, PublisherEvent
@@ -74,22 +73,7 @@ def test_kafka_publisher_survives_broker_restart(proxied_kafka: TansuProxy, tmp_
     events: list[PublisherEvent] = []
     pub = _publisher(proxy.conn_str, tmp_path / "spool", events)
     pub.start()
-    rate, sent = 300.0, 0
-    stop = threading.Event()
-
-    def produce() -> None:
-        nonlocal sent
-        t0 = time.monotonic()
-        while not stop.is_set():
-            due = int((time.monotonic() - t0) * rate)
-            while sent < due:
-                assert pub.submit(topic, _payload(sent), f"cam{sent % 4}")
-                sent += 1
-            time.sleep(0.005)
-
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
-    try:
+    with PacedProducer(lambda i: pub.submit(topic, _payload(i), f"cam{i % 4}")) as producer:
         time.sleep(1.0)
         proxy.stop()  # the publisher's link is cut mid-run
         down_at = time.monotonic()
@@ -101,9 +85,7 @@ def test_kafka_publisher_survives_broker_restart(proxied_kafka: TansuProxy, tmp_
         down_s = time.monotonic() - down_at
         spooled_during = pub.stats().spooled
         time.sleep(1.0)
-    finally:  # a failed restart must not leave the producer running
-        stop.set()
-        producer.join()
+    sent = producer.sent
     report = pub.flush(60)
     stats = pub.stats()
     pub.close()
