@@ -61,7 +61,8 @@ class ClassifierDecoder:
             raise ValueError(f"classifier: expected scores (B, {self.num_classes}), got {tuple(scores.shape)}")
         labels, probs = top1(scores)
         h, w = self.input_hw
-        boxes = probs.new_tensor([0.0, 0.0, w, h]).expand(len(probs), 4).contiguous()
+        boxes = probs.new_zeros((len(probs), 4))  # the whole input, filled on the device (no upload per batch)
+        boxes[:, 2], boxes[:, 3] = w, h
         keep = probs >= params.conf
         if params.classes is not None:
             keep &= torch.isin(labels, torch.tensor(params.classes, device=labels.device))
