@@ -62,8 +62,9 @@ def parse_labels(text: str) -> tuple[str, ...] | None:
     return tuple(n.strip() for n in text.split(","))
 
 
-def parse_channel_values(text: str, name: str) -> tuple[float, float, float] | None:
-    """Three per-channel values ('0.485,0.456,0.406', in [0, 1] units), or one for all three; empty → None."""
+def parse_channel_values(text: str, name: str, positive: bool = False) -> tuple[float, float, float] | None:
+    """Three per-channel values ('0.485,0.456,0.406', in [0, 1] units), or one for all three; empty → None.
+    ``positive``: every value must be > 0 (a divisor such as std)."""
     if not text.strip():
         return None
     try:
@@ -75,6 +76,8 @@ def parse_channel_values(text: str, name: str) -> tuple[float, float, float] | N
         values *= 3
     if len(values) != 3:
         raise ConfigError(f"{name} {text!r}: expected three numbers (one per channel) or one, got {len(values)}")
+    if positive and min(values) <= 0:
+        raise ConfigError(f"{name} {text!r}: every value must be > 0")
     return (values[0], values[1], values[2])
 
 
@@ -192,8 +195,13 @@ class Detector:
         import torch
 
         from inferstream.detections import Detections
-        from inferstream.ops.letterbox import (clip_xyxy, preprocess_batch, rect_input_size, unletterbox_keypoints,
-                                               unletterbox_xyxy)
+        from inferstream.ops.letterbox import (
+            clip_xyxy,
+            preprocess_batch,
+            rect_input_size,
+            unletterbox_keypoints,
+            unletterbox_xyxy,
+        )
 
         with torch.inference_mode(), _on_stream(self._stream):
             exact, resize_first = _PREPROCESS[self.cfg.preprocess]

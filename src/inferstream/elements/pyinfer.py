@@ -334,12 +334,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.inference import parse_channel_values
         from inferstream.models.base import PreprocessOverride
 
-        std = parse_channel_values(self.std, "std")
-        if std is not None and min(std) <= 0:
-            raise ConfigError(f"std {self.std!r}: every value must be > 0")
         return PreprocessOverride(resize=None if self.resize == "auto" else self.resize,
                                   pad_value=None if self.pad_value < 0 else self.pad_value,
-                                  mean=parse_channel_values(self.mean, "mean"), std=std,
+                                  mean=parse_channel_values(self.mean, "mean"),
+                                  std=parse_channel_values(self.std, "std", positive=True),
                                   bgr=None if self.channel_order == "auto" else self.channel_order == "bgr")
 
     def do_start(self) -> bool:
