@@ -2,7 +2,7 @@
 """``inferstream run --workers N`` on the GPU machine: the app itself, NVDEC -> pyinfer (CUDA memory) [-> pytracker],
 against the bare model ceiling measured in the same call.
 
-    python bench/gpu/app_workers.py --out DIR [--streams 64] [--workers 1,2,4,8] [--frames 450]
+    python bench/gpu/app_workers.py --out DIR [--streams 64] [--workers 1,2,4,8] [--frames 450] [--mps off,on]
 
 Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does both). Phases:
   clips     a few distinct 1080p H.264 clips made there (x264enc; the H200 has no NVENC), shared by the streams
@@ -11,7 +11,9 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
   runs      for each workers count, with and without pytracker: the app as a subprocess on a YAML config
             (decode: nvh264dec, infer.device: cuda, batch-size min(32, streams per worker), fakesink);
             frames/s from its Prometheus endpoint between 25 % and 90 % of the frames, GPU/NVDEC utilisation
-            (NVML), host CPU of the whole process tree
+            (NVML), host cores busy (the whole machine, /proc/stat); ``--mps off,on`` runs each with the app's
+            ``--mps off`` and ``--mps on`` (the app's private CUDA MPS daemon: the workers' kernels share the GPU
+            at once instead of time-slicing one CUDA context after another)
 Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
 """
 from __future__ import annotations
@@ -123,29 +125,21 @@ def _frames_done(port: int) -> int | None:
     return sum(int(v) for v in _FRAMES.findall(text))
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its live descendants (from /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
+def _busy_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (every core: user + nice + system + irq + softirq)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
 
 
-def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int, timeout_s: float) -> dict[str, Any]:
+def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int, timeout_s: float,
+            mps: str) -> dict[str, Any]:
     import yaml
 
     path = out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     port = _free_port()
     cmd = [sys.executable, "-m", "inferstream.app.cli", "run", str(path), "--workers", str(workers),
-           "--console", "quiet", "--metrics-port", str(port)]
+           "--console", "quiet", "--metrics-port", str(port), "--mps", mps]
     samples: list[tuple[float, int]] = []
     cpu: list[tuple[float, float]] = []
     t0 = time.perf_counter()
@@ -156,7 +150,7 @@ def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int,
             now = time.perf_counter()
             if done is not None:
                 samples.append((now, done))
-                cpu.append((now, _tree_cpu_s(proc.pid)))
+                cpu.append((now, _busy_cpu_s()))
             time.sleep(0.25)
         if proc.poll() is None:
             proc.kill()
@@ -173,6 +167,27 @@ def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int,
     return result
 
 
+def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any], workers: int, tracker: bool,
+            mps: str, total: int) -> dict[str, Any]:
+    batch = min(32, args.streams // workers)
+    cfg: dict[str, Any] = {
+        "sources": [{"id": f"cam{i}", "file": str(clips[i % len(clips)])} for i in range(args.streams)],
+        "decode": "nvh264dec",
+        "infer": {"model": str(MODEL), "device": "cuda", "batch-size": batch, "max-latency": 50},
+        "sink": {"type": "fakesink"},
+    }
+    if tracker:
+        cfg["tracker"] = {}
+    name = f"w{workers}-{'track' if tracker else 'notrack'}-mps{mps}"
+    res = run_app(cfg, workers, args.out, name, total, args.run_timeout, mps)
+    res.update({"name": name, "tracker": tracker, "batch": batch, "mps": mps})
+    ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
+    res["of_ceiling_same_batch"] = round(res.get("fps", 0) / ceiling, 3)
+    res["of_ceiling_b32"] = round(res.get("fps", 0) / max(v for k, v in report["ceiling"].items()
+                                                           if k.endswith("-b32")), 3)
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -182,6 +197,7 @@ def main() -> int:
     ap.add_argument("--clips", type=int, default=4)
     ap.add_argument("--tracker", default="yes,no")
     ap.add_argument("--run-timeout", type=float, default=150.0)
+    ap.add_argument("--mps", default="off", help="off, on or off,on: the runs without / under the CUDA MPS daemon")
     args = ap.parse_args()
     Gst.init(None)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -190,39 +206,26 @@ def main() -> int:
     clips = make_clips(args.out, args.clips, args.frames)
     report["clips_s"] = round(time.perf_counter() - t, 1)
     counts = [int(w) for w in args.workers.split(",")]
-    batches = sorted({min(32, args.streams // w) for w in counts})
+    batches = sorted({min(32, args.streams // w) for w in counts} | {32})  # b32: the goal's ceiling
     report["ceiling"] = bare_ceiling(batches)
     print("ceiling", report["ceiling"], flush=True)
     total = args.streams * args.frames
     report["runs"] = []
-    for tracker in args.tracker.split(","):
-        for workers in counts:
-            batch = min(32, args.streams // workers)
-            cfg: dict[str, Any] = {
-                "sources": [{"id": f"cam{i}", "file": str(clips[i % len(clips)])} for i in range(args.streams)],
-                "decode": "nvh264dec",
-                "infer": {"model": str(MODEL), "device": "cuda", "batch-size": batch, "max-latency": 50},
-                "sink": {"type": "fakesink"},
-            }
-            if tracker == "yes":
-                cfg["tracker"] = {}
-            name = f"w{workers}-{'track' if tracker == 'yes' else 'notrack'}"
-            res = run_app(cfg, workers, args.out, name, total, args.run_timeout)
-            res.update({"tracker": tracker == "yes", "batch": batch})
-            ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
-            res["of_ceiling_same_batch"] = round(res.get("fps", 0) / ceiling, 3)
-            res["of_ceiling_b32"] = round(res.get("fps", 0) / max(v for k, v in report["ceiling"].items()
-                                                                   if k.endswith("-b32")), 3)
-            report["runs"].append(res)
-            print(name, res, flush=True)
-            (args.out / "app_workers.json").write_text(json.dumps(report, indent=1))
+    for mps in args.mps.split(","):
+        for tracker in args.tracker.split(","):
+            for workers in counts:
+                res = one_run(args, clips, report, workers, tracker == "yes", mps, total)
+                report["runs"].append(res)
+                print(res["name"], res, flush=True)
+                (args.out / "app_workers.json").write_text(json.dumps(report, indent=1))
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
-             ("| workers | batch | pytracker | frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % "
-              "| host cores | rc |"), "|---|---|---|---|---|---|---|---|---|---|"]
+             ("| workers | batch | pytracker | MPS | frames/s | of bare ceiling (same batch) | of bare b32 | GPU % "
+              "| NVDEC % | host cores | rc |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
-        lines.append(f"| {r['workers']} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | {r.get('fps', '-')} | "
+        lines.append(f"| {r['workers']} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | "
+                     f"{r['mps']} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r['rc']}"
                      + (f" ({r['error']})" if "error" in r else "") + " |")

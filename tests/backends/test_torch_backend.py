@@ -237,9 +237,9 @@ def test_torch_backend_cpu_module_runs_channels_last_as_ultralytics_nchw(yolo_fi
         torch.testing.assert_close(ours, ref, atol=5e-4, rtol=1e-4)  # boxes in input pixels, scores in 0..1
 
 
-def test_torch_backend_memory_format_rule_keeps_cuda_and_callables_nchw() -> None:
+def test_torch_backend_memory_format_rule_puts_conv_nets_on_cuda_in_nhwc_and_keeps_callables_nchw() -> None:
     conv = torch.nn.Conv2d(3, 4, 3)
-    assert preferred_memory_format(conv, torch.device("cuda")) == torch.contiguous_format  # CUDA graphs: as measured
+    assert preferred_memory_format(conv, torch.device("cuda")) == torch.channels_last  # cuDNN's tensor-core layout
     assert preferred_memory_format(lambda x: x, torch.device("cpu")) == torch.contiguous_format  # nothing to convert
     backend = TorchBackend(conv, ModelInfo(), torch.device("cpu"), torch.float32)
     expected = torch.channels_last if preferred_memory_format(conv, torch.device("cpu")) == torch.channels_last \

@@ -196,12 +196,16 @@ def test_cuda_graph_replay_matches_eager_for_padded_batches(tmp_path: Path, batc
     path = _traced(tmp_path)
     graphed = load_backend(str(path), device="cuda", precision="fp32", graph="cuda-graph")
     eager = load_backend(str(path), device="cuda", precision="fp32", graph="off")
+    assert graphed.memory_format == eager.memory_format == torch.channels_last  # a conv net on CUDA
+    reference = torch.jit.load(str(path)).eval()  # NCHW on the CPU: the layout must not change the numbers
     graphed.warmup(4, (64, 64))
     for seed in range(2):  # fresh inputs each time: a replay must see the new data
-        x = torch.rand(batch, 3, 64, 64, generator=torch.Generator().manual_seed(seed)).cuda()
-        (g,), (e,) = graphed(x), eager(x)
+        x = torch.rand(batch, 3, 64, 64, generator=torch.Generator().manual_seed(seed))
+        (g,), (e,) = graphed(x.cuda()), eager(x.cuda())
         assert g.shape == e.shape == (batch, 6, 961)
         torch.testing.assert_close(g, e, atol=1e-2, rtol=1e-2)  # TF32 convs may pick other algorithms per batch
+        with torch.inference_mode():
+            torch.testing.assert_close(g.cpu(), reference(x), atol=1e-2, rtol=1e-2)
     assert graphed.graph_status.startswith("cuda-graph")
 
 

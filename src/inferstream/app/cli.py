@@ -51,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="print the gst-launch-1.0 line (conn-str passwords as ***) and exit")
     run.add_argument("--workers", type=_workers_arg, metavar="N|auto",
                      help="worker processes to shard the sources over (default: the config's workers, 1)")
+    run.add_argument("--mps", choices=("auto", "on", "off"),
+                     help="CUDA MPS daemon for 2+ workers on CUDA, so their kernels share the GPU (default: the "
+                     "config's mps, auto: on when nvidia-cuda-mps-control is installed)")
     live_options(run)
 
     demo = sub.add_parser("demo", help="vtest.avi + person detector (+ tracker) + OSD -> MP4 and events.jsonl")
@@ -80,6 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     from inferstream.messaging.brokers.base import ENV_PASSWORD, redact_credentials
 
     cfg = load_config(args.config)
+    if args.mps:
+        cfg = cfg.model_copy(update={"mps": args.mps})
     plan = build_plan(cfg)
     if args.print_pipeline:
         line = launch_line(plan)

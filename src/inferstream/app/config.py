@@ -38,6 +38,7 @@ name inferstream's sample files; ``{id}`` in a string property becomes the strea
       sync: false                 # fakesink / display
     on-stream-error: continue     # continue (remove the failed stream) | stop (finish the others, exit 1)
     workers: 1                    # worker processes the sources are sharded over (N | auto; --workers wins)
+    mps: auto                     # CUDA MPS daemon for 2+ workers on CUDA: auto | on | off (--mps wins)
     worker-restarts: 1            # restarts of a worker that dies mid-run, before its streams are failed
 """
 from __future__ import annotations
@@ -165,6 +166,7 @@ class AppConfig(_Section):
     on_stream_error: Literal["continue", "stop"] = "continue"
     workers: int | Literal["auto"] = 1
     worker_restarts: int = Field(1, ge=0, le=100)
+    mps: Literal["auto", "on", "off"] = "auto"
 
     @field_validator("tracker", "osd", "messages", mode="before")  # vlm needs its model: no empty form
     @classmethod

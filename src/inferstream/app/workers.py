@@ -25,6 +25,7 @@ from typing import IO, Any, Final
 from inferstream.app.config import AppConfig
 from inferstream.app.console import Console
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
+from inferstream.app.mps import cuda_mps
 from inferstream.app.pipeline import Plan, build_plan
 from inferstream.app.runner import EXIT_EVENTS_LOST, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, RunError, Runner, RunResult
 from inferstream.app.signals import StopSignals
@@ -384,5 +385,6 @@ def run_config(cfg: AppConfig, workers: tuple[int, str | None], console: Console
     if note:
         console.message(note)
     if n > 1:
-        return Supervisor(cfg, n, console, metrics_port, eos_timeout_s).run()
+        with cuda_mps(cfg.mps, n, str(cfg.infer.properties.get("device", "cpu")), console.message):
+            return Supervisor(cfg, n, console, metrics_port, eos_timeout_s).run()
     return Runner(plan or build_plan(cfg), console, metrics_port, eos_timeout_s, frame_hooks).run()

@@ -47,8 +47,10 @@ class CudaGraphs:
     """
 
     def __init__(self, model: Callable[[Tensor], Any], device: torch.device, dtype: torch.dtype,
-                 strict: bool) -> None:
+                 strict: bool, memory_format: torch.memory_format = torch.contiguous_format) -> None:
+        """``memory_format``: the static inputs' layout (the model's); a replay's copy into it converts a batch."""
         self._model, self._device, self._dtype, self._strict = model, device, dtype, strict
+        self._memory_format = memory_format
         self._pool = torch.cuda.graph_pool_handle()
         self._graphs: dict[tuple[int, int, int], _Captured] = {}
         self.failure: str | None = None
@@ -88,7 +90,8 @@ class CudaGraphs:
         return cap.outputs if key[0] == b else [o[:b] for o in cap.outputs]
 
     def _capture(self, key: tuple[int, int, int]) -> _Captured | None:
-        static = torch.zeros((key[0], 3, key[1], key[2]), dtype=self._dtype, device=self._device)
+        static = torch.zeros((key[0], 3, key[1], key[2]), dtype=self._dtype, device=self._device).contiguous(
+            memory_format=self._memory_format)
         errors = []
         # a TorchScript module is tried as the interpreter optimises it (fusion), then unoptimised
         modes = (True, False) if isinstance(self._model, torch.jit.ScriptModule) else (True,)

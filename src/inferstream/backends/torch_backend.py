@@ -17,11 +17,11 @@ fixed tensor program (TorchScript archives, ultralytics checkpoints) and falls b
 (``graph_status`` says why); a factory's Python code may have side effects a replay would skip, so it runs eager
 unless ``graph="cuda-graph"`` asks for capture (which then fails loudly).
 
-Memory format (``memory_format``): a module runs in the layout its device is fastest in. On an x86 CPU with
-oneDNN that is ``channels_last`` (NHWC): oneDNN's convolutions work in it, and an NCHW model pays a reorder around
-each one (YOLOv8s at 640x640 on 2 cores: 8.5 -> 13.3 frames/s; ultralytics' AutoBackend makes the same choice).
-The weights are converted once and each batch once, on the way in. Elsewhere (CUDA, other CPUs, plain callables)
-the model stays as loaded, NCHW.
+Memory format (``memory_format``): a convolutional module runs in ``channels_last`` (NHWC) on an x86 CPU with
+oneDNN and on CUDA: oneDNN's convolutions and cuDNN's tensor-core kernels work in it, and an NCHW model pays a
+reorder around each convolution (ultralytics' AutoBackend makes the same choice on CPU; BENCHMARKS.md has both
+devices' numbers). The weights are converted once; each batch is converted on its way in (on CUDA graphs by the
+copy into the graph's static input, so no extra pass). Transformers, plain callables and other CPUs stay NCHW.
 """
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ class TorchBackend:
         self.info = info
         self.device = device
         self.dtype = dtype
-        self._graphs = CudaGraphs(model, device, dtype, strict=graph == "cuda-graph") if graph != "off" else None
+        self._graphs = (CudaGraphs(model, device, dtype, strict=graph == "cuda-graph",
+                                   memory_format=self.memory_format) if graph != "off" else None)
 
     @property
     def graph_status(self) -> str:
@@ -204,12 +205,12 @@ class TorchBackend:
             raise BackendInitError("this backend was closed")
         with torch.inference_mode():
             x = batch.to(dtype=self.dtype)
-            if self.memory_format == torch.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
             if self._graphs is not None and x.is_cuda:
-                replayed = self._graphs.run(x)
+                replayed = self._graphs.run(x)  # the copy into the static input converts the layout
                 if replayed is not None:
                     return replayed
+            if self.memory_format == torch.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
             out = self._model(x)
         return flatten_outputs(out)
 
@@ -237,12 +238,12 @@ class TorchBackend:
 
 
 def preferred_memory_format(model: object, device: torch.device) -> torch.memory_format:
-    """``channels_last`` for a convolutional module on an x86 CPU with oneDNN enabled (ultralytics' AutoBackend
-    rule for its conv nets), else ``contiguous_format``: CUDA keeps NCHW (the GPU benchmarks and CUDA graphs were
-    measured in it), and so do transformers (RF-DETR's ViT backbone: nothing to gain, and its numbers would move)."""
+    """``channels_last`` for a convolutional module on CUDA or on an x86 CPU with oneDNN enabled, else
+    ``contiguous_format``: transformers (RF-DETR's ViT backbone) have nothing to gain and their numbers would move,
+    and other CPUs have no NHWC convolutions to gain from."""
     cpu_nhwc = (device.type == "cpu" and platform.machine() in {"x86_64", "AMD64"}
                 and torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled)
-    if not (cpu_nhwc and isinstance(model, nn.Module) and _mostly_convolutions(model)):
+    if not ((cpu_nhwc or device.type == "cuda") and isinstance(model, nn.Module) and _mostly_convolutions(model)):
         return torch.contiguous_format
     return torch.channels_last
 
