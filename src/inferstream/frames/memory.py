@@ -33,14 +33,15 @@ def frame_mapper(kind: str, fmt: FrameFormat | None, device: int | None = None) 
     Raises:
         ValueError: ``nvmm`` (mapped as a batch) or an unknown kind.
     """
+    # the module's function is looked up per frame, as a plain import in the call would (bench/gpu/stages.py wraps it)
     if kind == "system":
-        from inferstream.frames.system import mapped_frame
+        from inferstream.frames import system
 
-        return lambda buf: mapped_frame(buf, fmt)
+        return lambda buf: system.mapped_frame(buf, fmt)
     if kind == "cuda":
-        from inferstream.frames.cuda import mapped_cuda_frames
+        from inferstream.frames import cuda
 
-        return lambda buf: mapped_cuda_frames(buf, fmt, device=device)
+        return lambda buf: cuda.mapped_cuda_frames(buf, fmt, device=device)
     raise ValueError(f"no per-frame mapping for {kind!r} memory (one of {list(MEMORY_KINDS[:2])})")
 
 
