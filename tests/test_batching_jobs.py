@@ -1,5 +1,6 @@
 """batching.BatchGroup with FrameJobs: the batch's thread maps, infers and delivers for every member; a frame that
-fails fails alone; the trackers registered with the members track the batch's frames. Real ModelStep (the blob model of tests/blobs.py), real threads, no GStreamer."""
+fails fails alone; the trackers registered with the members track the batch's frames. Real ModelStep (the blob
+model of tests/blobs.py), real threads, no GStreamer."""
 from __future__ import annotations
 
 import threading

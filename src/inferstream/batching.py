@@ -1,16 +1,17 @@
 """Cross-stream dynamic batching: pyinfer instances naming the same batch-group share one ModelStep.
 
-Each streaming thread calls ``BatchGroup.infer(job, params, member)`` and blocks until its frame has been inferred and the result
-delivered. There is no batching thread: the thread whose arrival fills the batch — or whose oldest waiting frame has
-waited ``max_latency`` — runs the batch for everyone (one thread hop fewer per frame), including the per-frame work
-around it (``FrameJob``: mapping the frame, writing its metadata), and the tracking of the batch's frames whose
-stream has a tracker registered (``Member.tracker``, see ``runner.tracking``). The waiting threads then run no Python at all
-until their frame is done, so the batch's thread does not compete with them for the GIL; a batch is a
-``serial.priority`` section, so shared workers (pytracker's) hold their jobs back meanwhile too. A batch is "full" at
-``batch_size`` frames or when every live member has a frame waiting, so a stream that ended (``leave``) is never
-waited for. Model swaps happen between batches, under the same lock that runs them: every frame is inferred by
-exactly one model. The replaced model stays loaded until the new one has inferred its first real batch: if that
-batch fails (a model that passed warm-up but breaks on real frames), the old one is put back and infers it.
+Each streaming thread calls ``BatchGroup.infer(job, params, member)`` and blocks until its frame has been inferred
+and the result delivered. There is no batching thread: the thread whose arrival fills the batch — or whose oldest
+waiting frame has waited ``max_latency`` — runs the batch for everyone (one thread hop fewer per frame), including
+the per-frame work around it (``FrameJob``: mapping the frame, writing its metadata), and the tracking of the
+batch's frames whose stream has a tracker registered (``Member.tracker``, see ``runner.tracking``). The waiting
+threads then run no Python at all until their frame is done, so the batch's thread does not compete with them for
+the GIL; a batch is a ``serial.priority`` section, so shared workers (pytracker's) hold their jobs back meanwhile
+too. A batch is "full" at ``batch_size`` frames or when every live member has a frame waiting, so a stream that
+ended (``leave``) is never waited for. Model swaps happen between batches, under the same lock that runs them: every
+frame is inferred by exactly one model. The replaced model stays loaded until the new one has inferred its first
+real batch: if that batch fails (a model that passed warm-up but breaks on real frames), the old one is put back and
+infers it.
 """
 from __future__ import annotations
 
