@@ -13,7 +13,6 @@ falls back to system memory (one INFO line says why).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 from typing import TYPE_CHECKING, Any
@@ -38,10 +37,10 @@ from inferstream.elements._caps import (  # noqa: E402
 from inferstream.elements._config_file import ConfigFile  # noqa: E402
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.elements._stream import stream_info_event  # noqa: E402
-from inferstream.errors import ConfigError  # noqa: E402
 from inferstream.frames.nvmm import pyservicemaker_available  # noqa: E402
 from inferstream.inference import PREPROCESS_MODES  # noqa: E402
 from inferstream.runner.settings import CHANNEL_ORDERS, PROCESS_MODES, RESIZE_MODES, family_choices  # noqa: E402
+from inferstream.runner.swap import ModelSwap  # noqa: E402
 
 if TYPE_CHECKING:
     from inferstream.inference import ModelStep
@@ -162,8 +161,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._runner: StreamRunner | None = None  # set in do_start, dropped in do_stop
         self._source_id = 0
         self._ended = False  # EOS seen (the group no longer waits for this stream's frames)
-        self._swap_lock = threading.Lock()
-        self._swap_generation = 0
+        self._swap = ModelSwap(self._load_model_step, _SwapEvents(self))
         self._showing: int | None = None  # thread setting ``model`` back to the running one (no swap for that)
         self._cuda: tuple[str, str | None] | None = None  # (device, why CUDA memory is unavailable), per device
         self._cuda_index: int | None = None
@@ -177,61 +175,27 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         own = type(self).__gtype__
         return {p.name: self.get_property(p.name) for p in self.list_properties() if p.owner_type == own}
 
-    # hot swap: the setter stays plain (R7); the notify handler hands the request to a loader thread ----------
+    # hot swap: the setter stays plain (R7); the notify handler hands the request to runner.swap -------------
     def _on_model_changed(self, *_args: object) -> None:
-        if self._runner is None or self._showing == threading.get_ident():
-            return  # not started: do_start loads whatever model is set then; or _show_running's own set
-        with self._swap_lock:
-            self._swap_generation += 1
-            generation = self._swap_generation
-        threading.Thread(target=self._load_and_swap, args=(generation, self.model),
-                         name=f"{self.get_name()}-swap", daemon=True).start()
+        if self._showing == threading.get_ident() or not self._swap.attached:
+            return  # _show_running's own set; or not started: do_start loads whatever model is set then
+        self._swap.request(self.model, f"{self.get_name()}-swap")
 
-    def _running_model(self) -> str:
-        return self._runner.group.cfg.model if self._runner else "?"
-
-    def _load_and_swap(self, generation: int, model: str) -> None:
+    def _load_model_step(self, model: str) -> ModelStep:
+        """The swap's loader (its thread): the current settings with ``model``, loaded and warmed."""
         from inferstream.inference import load_model_step
         from inferstream.runner.settings import infer_config
 
+        step = load_model_step(infer_config(self._values(), model, self._class_conf))
+        step.warmup(self.batch_size)
+        return step
+
+    def _show_running(self, model: str) -> None:
+        self._showing = threading.get_ident()
         try:
-            step = load_model_step(infer_config(self._values(), model, self._class_conf))
-            step.warmup(self.batch_size)
-        except Exception as exc:  # keep the old model running
-            current = self._running_model()
-            post_warning(self, exc, f"model swap to {model!r} failed, still running {current!r}")
-            self._show_running(generation, current)
-            return
-        with self._swap_lock:
-            runner = self._runner
-            if generation != self._swap_generation or runner is None:
-                step.close()
-                post_warning(self, ConfigError(f"superseded by model {self.model!r}"),
-                             f"model swap to {model!r} cancelled")
-                return
-            old = runner.group.swap(step, self._on_rollback)
-        structure = Gst.Structure.new_empty(SWAP_MESSAGE)
-        structure.set_value("old-model", old.cfg.model)
-        structure.set_value("new-model", model)
-        self.post_message(Gst.Message.new_element(self, structure))
-
-    def _on_rollback(self, failed: ModelStep, exc: BaseException) -> None:
-        """The swapped-in model failed on its first real batch: the group put the old one back (batch's thread)."""
-        current = self._running_model()
-        post_warning(self, exc, f"model {failed.cfg.model!r} failed on real frames: rolled back to {current!r}")
-        self._show_running(None, current)
-
-    def _show_running(self, generation: int | None, model: str) -> None:
-        """Let ``model`` read the running model again, unless a newer swap request (``generation``) came since.
-        None: from the batch's thread, which must not wait for the swap lock (a swap holds it to wait for batches)."""
-        with self._swap_lock if generation is not None else contextlib.nullcontext():
-            if generation is not None and generation != self._swap_generation:
-                return
-            self._showing = threading.get_ident()
-            try:
-                self.set_property("model", model)
-            finally:
-                self._showing = None
+            self.set_property("model", model)
+        finally:
+            self._showing = None
 
     # lifecycle ----------------------------------------------------------------------------------------------
     def do_start(self) -> bool:
@@ -274,14 +238,14 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._told_upload = False
         self._cuda = None
         self._cuda_index = member.group.model.backend.device.index if self._cuda_ok() else None
+        self._swap.attach(member.group)
         return True
 
     def do_stop(self) -> bool:
         from inferstream.batching import release_group
 
-        with self._swap_lock:
-            self._swap_generation += 1  # cancels a swap still loading
-            runner, self._runner = self._runner, None
+        self._swap.detach()  # cancels a swap still loading
+        runner, self._runner = self._runner, None
         if runner is not None:
             release_group(runner.member)
         return True
@@ -384,6 +348,28 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             post_error(self, exc, "inference failed")
             return Gst.FlowReturn.ERROR
         return Gst.FlowReturn.OK
+
+
+class _SwapEvents:
+    """A swap's outcomes (``runner.swap.SwapEvents``) as this element reports them: bus warnings, the
+    ``inferstream/model-swapped`` element message, and the ``model`` property reading the running model."""
+
+    __slots__ = ("element",)
+
+    def __init__(self, element: PyInfer) -> None:
+        self.element = element
+
+    def warn(self, exc: BaseException, text: str) -> None:
+        post_warning(self.element, exc, text)
+
+    def swapped(self, old_model: str, new_model: str) -> None:
+        structure = Gst.Structure.new_empty(SWAP_MESSAGE)
+        structure.set_value("old-model", old_model)
+        structure.set_value("new-model", new_model)
+        self.element.post_message(Gst.Message.new_element(self.element, structure))
+
+    def show_running(self, model: str) -> None:
+        self.element._show_running(model)
 
 
 GObject.type_register(PyInfer)
