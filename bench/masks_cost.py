@@ -55,7 +55,7 @@ def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, f
     from parity import decode_frames
 
     from inferstream.frames.raw import RawFrame
-    from inferstream.inference import Detector, InferConfig
+    from inferstream.inference import InferConfig, ModelStep
     from inferstream.meta.gstanalytics import label_quarks, read_detections, write_detections
     from inferstream.meta.instances import write_instances
     from inferstream.models.base import DecodeParams
@@ -64,7 +64,7 @@ def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, f
     frame = decode_frames(f"filesrc location={vtest_path()} ! decodebin", 1)[0]
 
     raw = RawFrame("RGB", frame.shape[1], frame.shape[0], (torch.from_numpy(frame),))
-    det = Detector(InferConfig(model=str(model), trust_checkpoint=True,
+    det = ModelStep(InferConfig(model=str(model), trust_checkpoint=True,
                                params=DecodeParams(conf=0.001, iou=0.7, max_det=objects)))
     captured: list[tuple] = []
     original = ops_masks.attach_masks

@@ -1,20 +1,21 @@
 """batching.BatchGroup with FrameJobs: the batch's thread maps, infers and delivers for every member; a frame that
-fails fails alone. Real Detector (the blob model of tests/blobs.py), real threads, no GStreamer."""
+fails fails alone; the trackers registered with the members track the batch's frames. Real ModelStep (the blob
+model of tests/blobs.py), real threads, no GStreamer."""
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import pytest
 import torch
 
-from inferstream.batching import BatchGroup, FollowUp
+import inferstream.runner.tracking
+from inferstream.batching import BatchGroup, Member
 from inferstream.detections import Detections
 from inferstream.frames.raw import RawFrame
-from inferstream.inference import Detector, InferConfig
+from inferstream.inference import InferConfig, ModelStep
 
 
 def _square_frame(x: int) -> RawFrame:
@@ -27,6 +28,7 @@ def _square_frame(x: int) -> RawFrame:
 class _Job:
     def __init__(self, frame: RawFrame | None) -> None:
         self._frame = frame
+        self.buf = object()  # what a tracker would track
         self.dets: Detections | None = None
         self.mapped_thread: str | None = None
         self.delivered_thread: str | None = None
@@ -37,7 +39,7 @@ class _Job:
             raise ValueError("cannot map this buffer")
         return nullcontext(self._frame)
 
-    def deliver(self, dets: Detections, detector: Detector) -> None:
+    def deliver(self, dets: Detections, model: ModelStep) -> None:
         self.delivered_thread = threading.current_thread().name
         self.dets = dets
 
@@ -46,7 +48,7 @@ class _Job:
 def group() -> BatchGroup:
     cfg = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", labels=("red", "green", "blue"),
                       precision="fp32")
-    g = BatchGroup("jobs", cfg, Detector(cfg), batch_size=4, max_latency_s=5.0)
+    g = BatchGroup("jobs", cfg, ModelStep(cfg), batch_size=4, max_latency_s=5.0)
     for _ in range(4):
         g.join()
     return g
@@ -80,7 +82,7 @@ def test_one_thread_runs_the_batch_and_each_job_gets_its_own_frames_detections(g
 def _group(batch_size: int, members: int, max_latency_s: float) -> BatchGroup:
     cfg = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", labels=("red", "green", "blue"),
                       precision="fp32")
-    g = BatchGroup("wake", cfg, Detector(cfg), batch_size=batch_size, max_latency_s=max_latency_s)
+    g = BatchGroup("wake", cfg, ModelStep(cfg), batch_size=batch_size, max_latency_s=max_latency_s)
     for _ in range(members):
         g.join()
     return g
@@ -145,11 +147,11 @@ class _OrderedJob(_Job):
             self._mapped.set()
         return super().frame()
 
-    def deliver(self, dets: Detections, detector: Detector) -> None:
+    def deliver(self, dets: Detections, model: ModelStep) -> None:
         if self._hold_until is not None:
             self.saw_next_batch_mapping = self._hold_until.wait(10)
         self._log.append(self.name)
-        super().deliver(dets, detector)
+        super().deliver(dets, model)
 
 
 def test_the_next_batch_infers_while_the_previous_one_delivers_and_deliveries_keep_their_order() -> None:
@@ -171,39 +173,33 @@ def test_the_next_batch_infers_while_the_previous_one_delivers_and_deliveries_ke
     assert group.stats.batches == 2 and group.stats.frames == 4
 
 
-class _FollowedJob(_Job):
-    """Hands its detections to a follow-up (as pyinfer hands its frames to pytracker); ``run`` None: none."""
-
-    def __init__(self, x: int, log: list[object], run: Callable[[list[Any]], None] | None) -> None:
-        super().__init__(_square_frame(x))
-        self.x, self._log, self._run = x, log, run
-
-    def deliver(self, dets: Detections, detector: Detector) -> FollowUp | None:
-        super().deliver(dets, detector)
-        self._log.append(("delivered", self.x))
-        return None if self._run is None else (self._run, self.x)
+def _member_thread(group: BatchGroup, job: _Job, member: Member) -> threading.Thread:
+    thread = threading.Thread(target=group.infer, args=(job, group.cfg.params, member))
+    thread.start()
+    return thread
 
 
-def test_follow_ups_run_once_per_batch_with_all_their_frames_after_every_delivery() -> None:
-    group = _group(batch_size=4, members=4, max_latency_s=60.0)
+def test_a_batchs_frames_are_tracked_once_by_their_members_trackers_after_every_delivery(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    group = _group(batch_size=4, members=0, max_latency_s=60.0)
+    members = [group.join() for _ in range(4)]
+    assert [m.index for m in members] == [0, 1, 2, 3]
     log: list[object] = []
 
-    def track(items: list[Any]) -> None:
-        log.append(("track", sorted(items), threading.current_thread().name))
+    def track_batch(frames: list[tuple[Any, Any]]) -> None:  # spy: what runner.tracking.track_batch is given
+        log.append((frames, [j.dets is not None for j in jobs], threading.current_thread().name))
 
-    def other(items: list[Any]) -> None:
-        log.append(("other", items, threading.current_thread().name))
-
-    jobs = [_FollowedJob(10, log, track), _FollowedJob(50, log, other), _FollowedJob(90, log, None),
-            _FollowedJob(130, log, track)]
-    threads = [_infer_in_thread(group, job) for job in jobs]
+    monkeypatch.setattr(inferstream.runner.tracking, "track_batch", track_batch)
+    members[0].tracker, members[2].tracker = "tracker0", "tracker2"  # type: ignore[assignment]
+    jobs = [_Job(_square_frame(10 + 40 * i)) for i in range(4)]
+    threads = [_member_thread(group, job, member) for job, member in zip(jobs, members)]
     for t in threads:
         t.join(20)
     assert not any(t.is_alive() for t in threads) and group.stats.batches == 1
-    delivered, follow_ups = log[:4], log[4:]
-    assert sorted(delivered) == [("delivered", x) for x in (10, 50, 90, 130)]  # every frame first
-    assert sorted(f[:2] for f in follow_ups) == [("other", [50]), ("track", [10, 130])]  # each run once
-    assert {f[2] for f in follow_ups} == {jobs[0].delivered_thread}  # on the batch's thread
+    ((frames, delivered, thread),) = log  # one call for the whole batch ...
+    assert sorted(frames, key=str) == [("tracker0", jobs[0].buf), ("tracker2", jobs[2].buf)]  # ... its tracked frames
+    assert all(delivered)  # after every frame's detections were written
+    assert thread == jobs[0].delivered_thread  # on the batch's thread
 
 
 def test_infer_batch_runs_a_muxed_batch_at_once_and_counts_it(group: BatchGroup) -> None:
@@ -222,7 +218,7 @@ def test_infer_batch_runs_a_muxed_batch_at_once_and_counts_it(group: BatchGroup)
     before = group.stats.frames
     dets, labels = group.infer_batch(frames, group.cfg.params)
     assert labels == ("red", "green", "blue") and group.stats.frames == before + 2
-    reference = group.detector.infer([_square_frame(10), _square_frame(90)])
+    reference = group.model.infer([_square_frame(10), _square_frame(90)])
     for got, ref in zip(dets, reference):
         torch.testing.assert_close(got.boxes_xyxy, ref.boxes_xyxy)
     (first,), (second,) = (object_fields(d, labels, (200, 120), (400, 240), unique_id=1) for d in dets)

@@ -1,4 +1,4 @@
-"""Detector: which input each batch runs at (yolo predict's rectangle where the model takes any size).
+"""ModelStep: which input each batch runs at (yolo predict's rectangle where the model takes any size).
 
 Real person detector (.pt and its fixed 640x640 ONNX export), real vtest frames; the reference is ultralytics'
 own predict on the same frames.
@@ -14,7 +14,7 @@ from parity import assert_same_boxes, decode_frames
 
 from inferstream.errors import ConfigError
 from inferstream.frames.raw import RawFrame
-from inferstream.inference import Detector, InferConfig
+from inferstream.inference import InferConfig, ModelStep
 
 ultralytics = pytest.importorskip("ultralytics", reason="the reference predict needs the ultralytics extra")
 
@@ -24,7 +24,7 @@ def _rgb(img: np.ndarray) -> RawFrame:
     return RawFrame("RGB", img.shape[1], img.shape[0], (torch.from_numpy(img),))
 
 
-def _as_dicts(detector: Detector, frames: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+def _as_dicts(detector: ModelStep, frames: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
     """Detections as parity.assert_same_boxes reads them, boxes at whole pixels as pyinfer writes them."""
     return [{"xyxy": d.boxes_xyxy.numpy().round(), "conf": d.scores.numpy(), "names": [detector.labels[i] for i in
                                                                               d.labels.tolist()]}
@@ -39,7 +39,7 @@ def test_detector_mixed_batch_shares_one_shape_that_keeps_each_frames_scale_as_p
 
     frame = decode_frames(f"filesrc location={vtest} ! decodebin", 1)[0]
     frames = [frame, frame.transpose(1, 0, 2)]
-    detector = Detector(InferConfig(model=str(person_pt), trust_checkpoint=True))
+    detector = ModelStep(InferConfig(model=str(person_pt), trust_checkpoint=True))
     assert detector.rect_stride == 32
     threads = torch.get_num_threads()
     results = YOLO(str(person_pt)).predict([np.ascontiguousarray(f[:, :, ::-1]) for f in frames], conf=0.25,
@@ -52,11 +52,11 @@ def test_detector_mixed_batch_shares_one_shape_that_keeps_each_frames_scale_as_p
 
 
 def test_detector_keeps_a_given_or_fixed_input_size(person_pt: Path, person_onnx: Path) -> None:
-    assert Detector(InferConfig(model=str(person_pt), trust_checkpoint=True, input_size=(640, 640))).rect_stride \
+    assert ModelStep(InferConfig(model=str(person_pt), trust_checkpoint=True, input_size=(640, 640))).rect_stride \
         is None
-    assert Detector(InferConfig(model=str(person_onnx))).rect_stride is None  # exported at a fixed 640x640
+    assert ModelStep(InferConfig(model=str(person_onnx))).rect_stride is None  # exported at a fixed 640x640
 
 
 def test_detector_auto_rect_for_a_fixed_input_model_is_a_config_error(person_onnx: Path) -> None:
     with pytest.raises(ConfigError, match="auto-rect: not for this model, the model's input is fixed at 640x640"):
-        Detector(InferConfig(model=str(person_onnx), rect=True))
+        ModelStep(InferConfig(model=str(person_onnx), rect=True))

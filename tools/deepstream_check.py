@@ -3,7 +3,7 @@
 Runs ``decodebin → nvstreammux → nvvideoconvert (RGBA) → pyinfer → nvtracker → nvdsosd → nvmsgconv → fakesink``
 on a clip (default: the container's ``samples/streams/sample_720p.h264``) and checks, frame by frame:
 
-1. pyinfer's ``NvDsObjectMeta`` against the same model run on the CPU path (``inference.Detector`` on a CPU copy
+1. pyinfer's ``NvDsObjectMeta`` against the same model run on the CPU path (``inference.ModelStep`` on a CPU copy
    of the very surface pyinfer read, turned into fields by the same ``meta.nvds_fields``): same count, same
    class, IoU >= 0.9 in muxer pixels, confidence within 0.02; plus the constant fields nvinfer writes;
 2. that nvtracker gave the objects track ids (it does only when ``bInferDone`` is set);
@@ -77,10 +77,10 @@ class Checker:
     """Pad probes: pyinfer's src (compare with the CPU path) and nvtracker's src (track ids)."""
 
     def __init__(self, model: str, conf: float, unique_id: int) -> None:
-        from inferstream.inference import Detector, InferConfig
+        from inferstream.inference import InferConfig, ModelStep
         from inferstream.models.base import DecodeParams
 
-        self.reference = Detector(InferConfig(model=model, params=DecodeParams(conf=conf), device="cpu",
+        self.reference = ModelStep(InferConfig(model=model, params=DecodeParams(conf=conf), device="cpu",
                                               precision="fp32", preprocess="exact"))
         self.conf, self.unique_id = conf, unique_id
         self.frames = self.objects = self.tracked = 0

@@ -10,7 +10,7 @@ Phases (each guarded: a failing phase is recorded and the next one runs; results
   env          GPU, driver, torch, GStreamer
   clips        1080p H.264 made there: videotestsrc (moving SMPTE) ! x264enc ultrafast ! mp4 (the H200 has no NVENC)
   ceiling      the backend alone on a ready fp16 batch (same precision and CUDA-graph mode as the pipeline), per
-               batch size; eager for reference; the Detector alone (NV12 frames already on the GPU -> detections
+               batch size; eager for reference; the ModelStep alone (NV12 frames already on the GPU -> detections
                on the host: preprocess + model + decode + copy) = what the pipeline could reach without GStreamer
   decode       nvh264dec ! fakesink for N streams: the NVDEC ceiling
   pipelines    N streams of filesrc ! qtdemux ! h264parse ! nvh264dec ! [cudadownload !] pyinfer ! pytracker !
@@ -163,7 +163,7 @@ class Bench:
         return out
 
     def detector_profile(self) -> dict[str, Any]:
-        """Where Detector.infer's time goes at batch 32 (device-synchronised stage timers), next to its rate."""
+        """Where ModelStep.infer's time goes at batch 32 (device-synchronised stage timers), next to its rate."""
         res = self._detector_ceiling(MAX_BATCH)
         timers = StageTimers(sync=not self.dry)
         with timers.installed():
@@ -173,11 +173,11 @@ class Bench:
         return res
 
     def _detector_ceiling(self, b: int, timers: StageTimers | None = None) -> dict[str, Any]:
-        """Detector.infer on b decoded NV12 frames already in device memory: the pipeline minus GStreamer."""
+        """ModelStep.infer on b decoded NV12 frames already in device memory: the pipeline minus GStreamer."""
         import torch
 
         from inferstream.frames.raw import RawFrame
-        from inferstream.inference import Detector, InferConfig
+        from inferstream.inference import InferConfig, ModelStep
 
         decoded = self._decoded(min(b, 8))
         dev = torch.device(self.device)
@@ -186,7 +186,7 @@ class Bench:
             fmt, planes = decoded[i % len(decoded)]
             planes = tuple(p.to(dev) for p in planes)
             frames.append(RawFrame(fmt, planes[0].shape[1], planes[0].shape[0], planes, "bt601", False))
-        det = Detector(InferConfig(model=self.model, device=self.device, precision=self.args.precision))
+        det = ModelStep(InferConfig(model=self.model, device=self.device, precision=self.args.precision))
         det.warmup(b)
         for _ in range(3):
             dets = det.infer(frames)

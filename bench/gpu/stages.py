@@ -81,7 +81,7 @@ class StageTimers:
             (TorchBackend, "__call__", lambda f: self.timed("leader: model forward", f, s)),
             (AnchorFreeDecoder, "flat", lambda f: self.timed("leader: decode + NMS", f, s)),
             (inference, "to_host", lambda f: self.timed("leader: detections to host", f, s)),
-            (inference.Detector, "infer", lambda f: self.timed("leader: Detector.infer total", f, s)),
+            (inference.ModelStep, "infer", lambda f: self.timed("leader: Detector.infer total", f, s)),
             (BatchGroup, "infer", lambda f: self.timed("thread: BatchGroup.infer (wait + share of batch)", f)),
             (fcuda, "mapped_cuda_frames", self.timed_map),
             (fsystem, "mapped_frame", self.timed_map),

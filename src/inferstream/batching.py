@@ -1,15 +1,17 @@
-"""Cross-stream dynamic batching: pyinfer instances naming the same batch-group share one Detector.
+"""Cross-stream dynamic batching: pyinfer instances naming the same batch-group share one ModelStep.
 
-Each streaming thread calls ``BatchGroup.infer(job)`` and blocks until its frame has been inferred and the result
-delivered. There is no batching thread: the thread whose arrival fills the batch — or whose oldest waiting frame has
-waited ``max_latency`` — runs the batch for everyone (one thread hop fewer per frame), including the per-frame work
-around it (``FrameJob``: mapping the frame, writing its metadata). The waiting threads then run no Python at all
-until their frame is done, so the batch's thread does not compete with them for the GIL; a batch is a
-``serial.priority`` section, so shared workers (pytracker's) hold their jobs back meanwhile too. A batch is "full" at
-``batch_size`` frames or when every live member has a frame waiting, so a stream that ended (``leave``) is never
-waited for. Model swaps happen between batches, under the same lock that runs them: every frame is inferred by
-exactly one model. The replaced model stays loaded until the new one has inferred its first real batch: if that
-batch fails (a model that passed warm-up but breaks on real frames), the old one is put back and infers it.
+Each streaming thread calls ``BatchGroup.infer(job, params, member)`` and blocks until its frame has been inferred
+and the result delivered. There is no batching thread: the thread whose arrival fills the batch — or whose oldest
+waiting frame has waited ``max_latency`` — runs the batch for everyone (one thread hop fewer per frame), including
+the per-frame work around it (``FrameJob``: mapping the frame, writing its metadata), and the tracking of the
+batch's frames whose stream has a tracker registered (``Member.tracker``, see ``runner.tracking``). The waiting
+threads then run no Python at all until their frame is done, so the batch's thread does not compete with them for
+the GIL; a batch is a ``serial.priority`` section, so shared workers (pytracker's) hold their jobs back meanwhile
+too. A batch is "full" at ``batch_size`` frames or when every live member has a frame waiting, so a stream that
+ended (``leave``) is never waited for. Model swaps happen between batches, under the same lock that runs them: every
+frame is inferred by exactly one model. The replaced model stays loaded until the new one has inferred its first
+real batch: if that batch fails (a model that passed warm-up but breaks on real frames), the old one is put back and
+infers it.
 """
 from __future__ import annotations
 
@@ -28,25 +30,37 @@ if TYPE_CHECKING:
 
     from inferstream.detections import Detections
     from inferstream.frames.raw import RawFrame
-    from inferstream.inference import Detector, InferConfig
+    from inferstream.inference import InferConfig, ModelStep
     from inferstream.models.base import DecodeParams
-
-
-FollowUp = tuple["Callable[[list[Any]], None]", Any]
-"""Work a delivered frame hands to the element after pyinfer: ``(run, item)``. Once every frame of the batch is
-delivered, each ``run`` is called once, on the batch's thread, with the items of all the frames that returned it, in
-batch order (pytracker tracks all its streams' frames in one update). ``run`` reports its own errors."""
+    from inferstream.runner.tracking import TrackStage
 
 
 class FrameJob(Protocol):
     """One frame's part of a batch; both methods run on the thread that runs the batch."""
 
-    def frame(self) -> AbstractContextManager[RawFrame]:
-        """The frame's pixels, valid until the batch (``deliver`` included) is done."""
+    buf: Any  # the frame's buffer (opaque here): what the stream's tracker tracks
 
-    def deliver(self, dets: Detections, detector: Detector) -> FollowUp | None:
-        """Take the frame's detections (the frame is still mapped), e.g. write them as metadata; return the work
-        the next element does with the batch's other frames (``FollowUp``), or None."""
+    def frame(self) -> AbstractContextManager[RawFrame]:
+        """The frame's pixels, valid until the batch (``deliver`` and tracking included) is done."""
+
+    def deliver(self, dets: Detections, model: ModelStep) -> None:
+        """Take the frame's detections (the frame is still mapped), e.g. write them as metadata."""
+
+
+@dataclass(eq=False)
+class Member:
+    """One stream of a batch group (one pyinfer).
+
+    Attributes:
+        group: the group.
+        index: how many members the group had before this one joined (the stream's default source id).
+        tracker: the stream's tracker, registered here (``runner.tracking.seat``): once a batch is delivered, its
+            thread tracks the frames of every member that has one, in one update.
+    """
+
+    group: BatchGroup
+    index: int
+    tracker: TrackStage | None = None
 
 
 class _Signal:
@@ -74,6 +88,7 @@ class _Signal:
 class _Slot:
     job: FrameJob
     params: DecodeParams
+    member: Member | None
     arrived: float
     wake: _Signal = field(default_factory=_Signal)  # set: done, or check whether to lead
     done: bool = False  # set before ``wake`` when the frame has been delivered (or failed)
@@ -103,9 +118,9 @@ class BatchStats:
 class BatchGroup:
     """One model and its batch queue, shared by the members of a batch-group."""
 
-    def __init__(self, name: str, cfg: InferConfig, detector: Detector, batch_size: int, max_latency_s: float):
+    def __init__(self, name: str, cfg: InferConfig, model: ModelStep, batch_size: int, max_latency_s: float):
         self.name, self.cfg, self.batch_size, self.max_latency_s = name, cfg, batch_size, max_latency_s
-        self.detector = detector
+        self.model = model
         self.stats = BatchStats()
         self._members = 0
         self._live = 0
@@ -113,17 +128,19 @@ class BatchGroup:
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()  # held while a batch maps and infers
         self._deliver_lock = threading.Lock()  # held while a batch delivers; taken before _run_lock is let go
-        self._fallback: tuple[Detector, Callable[[Detector, BaseException], None] | None] | None = None
+        self._fallback: tuple[ModelStep, Callable[[ModelStep, BaseException], None] | None] | None = None
 
     # membership -------------------------------------------------------------------------------------------
     @property
     def members(self) -> int:
         return self._members
 
-    def join(self) -> None:
+    def join(self) -> Member:
         with self._lock:
+            member = Member(self, self._members)
             self._members += 1
             self._live += 1
+            return member
 
     def leave_stream(self) -> None:
         """The member's stream ended (EOS): stop counting it as a frame source (waiting frames may now be full)."""
@@ -145,15 +162,16 @@ class BatchGroup:
             return self._members
 
     # inference --------------------------------------------------------------------------------------------
-    def infer(self, job: FrameJob, params: DecodeParams) -> None:
-        """Run ``job`` in a batch; returns once it was delivered. Raises what mapping, inference or delivery raised.
+    def infer(self, job: FrameJob, params: DecodeParams, member: Member | None = None) -> None:
+        """Run ``job`` in a batch; returns once it was delivered (and tracked, when ``member`` has a tracker).
+        Raises what mapping, inference or delivery raised.
 
         Only the thread that will lead is woken: the one whose arrival fills the batch runs it at once; the others
         sleep on their own slot until it is done, or until their frame has waited ``max_latency`` (then the oldest
         waiting frame's thread leads), or until ``_wake_oldest`` asks the oldest to check. Waking every waiting
         thread at each arrival (a shared condition) cost O(N²) wake-ups and GIL hand-offs per batch of N.
         """
-        slot = _Slot(job, params, time.monotonic())
+        slot = _Slot(job, params, member, time.monotonic())
         with self._lock:
             self._pending.append(slot)
             batch = self._take_batch_locked()
@@ -195,11 +213,11 @@ class BatchGroup:
                 with self._run_lock:
                     with priority():
                         inferred = self._infer(batch, mapped)
-                    detector = self.detector
+                    model = self.model
                     self._deliver_lock.acquire()  # before the next batch may start: delivery keeps the order
                 try:
                     with priority():
-                        self._deliver(inferred, detector)
+                        self._deliver(inferred, model)
                         mapped.close()  # unmap while still in order (a failure here fails the whole batch)
                 finally:
                     self._deliver_lock.release()
@@ -246,35 +264,39 @@ class BatchGroup:
         """Infer; the first batch of a swapped-in model that fails is inferred again by the model it replaced."""
         fallback, self._fallback = self._fallback, None
         try:
-            results = self.detector.infer(frames, params)
+            results = self.model.infer(frames, params)
         except Exception as exc:
             if fallback is None:
                 raise
-            failed, (self.detector, on_rollback) = self.detector, fallback
-            self.cfg = self.detector.cfg
+            failed, (self.model, on_rollback) = self.model, fallback
+            self.cfg = self.model.cfg
             failed.close()
             if on_rollback is not None:
                 on_rollback(failed, exc)
-            return self.detector.infer(frames, params)
+            return self.model.infer(frames, params)
         if fallback is not None:
             fallback[0].close()  # the new model has proved itself on real frames
         return results
 
     @staticmethod
-    def _deliver(inferred: list[tuple[_Slot, Detections]], detector: Detector) -> None:
-        """Hand each frame its detections (a failing frame fails alone), then run the follow-ups, each once for
-        all its frames."""
-        follow_ups: dict[Callable[[list[Any]], None], list[Any]] = {}
+    def _deliver(inferred: list[tuple[_Slot, Detections]], model: ModelStep) -> None:
+        """Hand each frame its detections (a failing frame fails alone), then track the delivered frames of the
+        members with a tracker, all in one call (``runner.tracking.track_batch``: its failures stay each
+        tracker's)."""
+        tracked = []
         for s, dets in inferred:
             try:
-                follow_up = s.job.deliver(dets, detector)
+                s.job.deliver(dets, model)
             except BaseException as exc:
                 s.error = exc
                 continue
-            if follow_up is not None:
-                follow_ups.setdefault(follow_up[0], []).append(follow_up[1])
-        for run, items in follow_ups.items():
-            run(items)
+            tracker = s.member.tracker if s.member is not None else None
+            if tracker is not None:
+                tracked.append((tracker, s.job.buf))
+        if tracked:
+            from inferstream.runner.tracking import track_batch
+
+            track_batch(tracked)
 
     def infer_batch(self, frames: list[RawFrame], params: DecodeParams) -> tuple[list[Detections], tuple[str, ...]]:
         """Infer frames that already form a batch (a DeepStream nvstreammux buffer) and return them with the
@@ -282,25 +304,25 @@ class BatchGroup:
         t0 = time.monotonic()
         with self._run_lock:
             dets = self._infer_or_roll_back(frames, params)
-            labels = self.detector.labels
+            labels = self.model.labels
         with self._lock:
             self.stats.batches += 1
             self.stats.frames += len(frames)
             self.stats.infer_s += time.monotonic() - t0
         return dets, labels
 
-    def swap(self, detector: Detector,
-             on_rollback: Callable[[Detector, BaseException], None] | None = None) -> Detector:
-        """Install ``detector`` between two batches; returns the old one, which the group keeps (and closes once
+    def swap(self, model: ModelStep,
+             on_rollback: Callable[[ModelStep, BaseException], None] | None = None) -> ModelStep:
+        """Install ``model`` between two batches; returns the old one, which the group keeps (and closes once
         the new one has inferred a batch). Should that first batch fail, the old one comes back, infers it, and
-        ``on_rollback(failed_detector, error)`` is called on the batch's thread (the group closes the failed one)."""
+        ``on_rollback(failed_model, error)`` is called on the batch's thread (the group closes the failed one)."""
         with self._run_lock, self._deliver_lock:
-            old, self.detector = self.detector, detector
+            old, self.model = self.model, model
             if self._fallback is not None:  # a swap before the previous new model ran a batch: keep the proven one
                 old.close()
                 old = self._fallback[0]
             self._fallback = (old, on_rollback)
-            self.cfg = detector.cfg
+            self.cfg = model.cfg
             return old
 
 
@@ -308,31 +330,36 @@ _GROUPS: dict[str, BatchGroup] = {}
 _GROUPS_LOCK = threading.Lock()
 
 
-def acquire_group(name: str, cfg: InferConfig, batch_size: int, max_latency_s: float) -> BatchGroup:
-    """The group called ``name`` (created with a freshly loaded Detector when new); joins it.
+def acquire_group(name: str, cfg: InferConfig, batch_size: int, max_latency_s: float) -> Member:
+    """Join the group called ``name`` (created with a freshly loaded ModelStep when new).
 
     Raises:
         ConfigError: when the group exists with another model configuration.
     """
-    from inferstream.inference import load_runner
+    from inferstream.inference import load_model_step
 
     with _GROUPS_LOCK:
         group = _GROUPS.get(name)
         if group is None:
-            detector = load_runner(cfg)
-            detector.warmup(batch_size)
-            group = _GROUPS[name] = BatchGroup(name, cfg, detector, batch_size, max_latency_s)
+            model = load_model_step(cfg)
+            model.warmup(batch_size)
+            group = _GROUPS[name] = BatchGroup(name, cfg, model, batch_size, max_latency_s)
         elif not group.cfg.same_model(cfg):
             raise ConfigError(f"batch-group {name!r} already runs model {group.cfg.model!r} "
                               f"({group.cfg.family}); this instance asks for {cfg.model!r} ({cfg.family})")
-        group.join()
-        return group
+        return group.join()
 
 
-def release_group(group: BatchGroup) -> None:
+def release_group(member: Member) -> None:
+    """Leave the group (its tracker no longer tracks in its batches); the last member closes it."""
+    if member.tracker is not None:
+        from inferstream.runner.tracking import unseat
+
+        unseat(member.tracker)
+    group = member.group
     with _GROUPS_LOCK:
         if group.release() == 0:
             _GROUPS.pop(group.name, None)
-            group.detector.close()
+            group.model.close()
             if group._fallback is not None:
                 group._fallback[0].close()

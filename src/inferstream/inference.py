@@ -1,10 +1,10 @@
-"""The detector runner: frames in, per-frame Detections in frame pixels out. No GStreamer here (R6)."""
+"""The runner's model step: a batch of frames in, per-frame Detections in frame pixels out (preprocess, forward,
+decode, one copy to the host). No GStreamer here (R6); ``runner/`` maps the frames and writes the results."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from inferstream.errors import ConfigError, UnsupportedModelError
@@ -26,14 +26,14 @@ PREPROCESS_MODES = tuple(_PREPROCESS)
 
 @dataclass(frozen=True, slots=True)
 class InferConfig:
-    """Everything that decides what a Detector computes (read once from the element's properties)."""
+    """Everything that decides what a ModelStep computes (read once from the element's properties)."""
 
     model: str
     family: str = "auto"
     labels: tuple[str, ...] | None = None
     params: DecodeParams = DecodeParams()
     input_size: tuple[int, int] | None = None  # (height, width); None: from the model
-    rect: bool | None = None  # run at the frames' rectangle (see Detector.rect_stride); None: on the CPU
+    rect: bool | None = None  # run at the frames' rectangle (see ModelStep.rect_stride); None: on the CPU
     device: str = "cpu"
     precision: str = "auto"
     backend: str = "auto"
@@ -49,40 +49,8 @@ class InferConfig:
         return replace(self, params=other.params) == other
 
 
-def parse_labels(text: str) -> tuple[str, ...] | None:
-    """Labels from a file (one per line) or a comma-separated list; empty → None."""
-    if not text:
-        return None
-    path = Path(text)
-    if path.is_file():
-        names = [line.strip() for line in path.read_text().splitlines()]
-        return tuple(n for n in names if n)
-    if "," not in text and ("/" in text or text.endswith(".txt")):
-        raise ConfigError(f"labels file {text!r} not found (or give a comma-separated list)")
-    return tuple(n.strip() for n in text.split(","))
-
-
-def parse_channel_values(text: str, name: str, positive: bool = False) -> tuple[float, float, float] | None:
-    """Three per-channel values ('0.485,0.456,0.406', in [0, 1] units), or one for all three; empty → None.
-    ``positive``: every value must be > 0 (a divisor such as std)."""
-    if not text.strip():
-        return None
-    try:
-        values = tuple(float(v) for v in text.replace(";", ",").split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"{name} {text!r}: expected three numbers separated by commas, e.g. 0.485,0.456,0.406") \
-            from None
-    if len(values) == 1:
-        values *= 3
-    if len(values) != 3:
-        raise ConfigError(f"{name} {text!r}: expected three numbers (one per channel) or one, got {len(values)}")
-    if positive and min(values) <= 0:
-        raise ConfigError(f"{name} {text!r}: every value must be > 0")
-    return (values[0], values[1], values[2])
-
-
-class Detector:
-    """A loaded model plus its decoder; ``infer`` runs one batch of frames end to end.
+class ModelStep:
+    """A loaded model plus its decoder; ``infer`` runs one batch of frames end to end (the batch group's model).
 
     The decoder is chosen from the model's real output shapes at warm-up (a dummy forward), so a wrong
     ``model-family`` or an unknown layout fails at start, not on the first frame.
@@ -186,7 +154,7 @@ class Detector:
         to frame pixels there. Every copy to the device or wait for it releases the GIL, and with many streaming
         threads each re-acquisition can cost milliseconds: the device sees pixels in and detections out, no more.
 
-        On CUDA the batch runs on the Detector's own non-blocking stream: work on the legacy default stream would
+        On CUDA the batch runs on the ModelStep's own non-blocking stream: work on the legacy default stream would
         wait for, and hold up, every blocking stream in the context (GStreamer's decoders included). That stream
         first waits for the default stream, where ``frames.cuda.mapped_cuda_frames`` (on the mapping thread)
         ordered the frames after GStreamer's writes; the copy to the host at the end then means no kernel still
@@ -255,14 +223,14 @@ class Detector:
         self.backend.close()
 
 
-def load_runner(cfg: InferConfig) -> Detector:
-    """The runner ``cfg`` asks for: a Detector on whole frames, or (``cfg.objects``) the secondary classifier on
+def load_model_step(cfg: InferConfig) -> ModelStep:
+    """The model step ``cfg`` asks for: a ModelStep on whole frames, or (``cfg.objects``) the secondary classifier on
     the objects upstream elements detected (``secondary.ObjectClassifier``)."""
     if cfg.objects:
         from inferstream.secondary import ObjectClassifier
 
         return ObjectClassifier(cfg)
-    return Detector(cfg)
+    return ModelStep(cfg)
 
 
 def _family_size(family: str) -> tuple[int, int]:

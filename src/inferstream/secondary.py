@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from inferstream.errors import ConfigError
-from inferstream.inference import Detector, InferConfig, _on_stream
+from inferstream.inference import InferConfig, ModelStep, _on_stream
 
 if TYPE_CHECKING:
     import torch
@@ -134,7 +134,7 @@ class ObjectFrame:
     boxes: torch.Tensor
 
 
-class ObjectClassifier(Detector):
+class ObjectClassifier(ModelStep):
     """A classifier run on object crops: every object of a batch of frames is cropped and resized in one batched
     gather on the model's device (``ops.crop``), normalised as its family says, and classified in one forward
     pass; top-1 and probability cross to the host in one copy.

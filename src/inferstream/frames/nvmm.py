@@ -6,7 +6,7 @@ RGBA surfaces it is ``HWC`` uint8 whose row stride may be the surface pitch; ``t
 strides, so the views are zero-copy and pitch-aware. ``batch_id`` is only the position in the batch; the stream
 is ``pad_index`` (the muxer's sink pad) / ``source_id``.
 
-The views alias the buffer's surfaces: use them only inside ``mapped_nvmm_batch`` (``Detector.infer`` copies the
+The views alias the buffer's surfaces: use them only inside ``mapped_nvmm_batch`` (``ModelStep.infer`` copies the
 pixels into its input tensor and ends with a device-to-host copy, so nothing still reads them afterwards), or
 ``.clone()`` them. pyservicemaker's ``__dlpack__`` takes no stream: the surfaces are read as written once the
 upstream element pushed the buffer (NVIDIA's converters finish their transform before they push).

@@ -85,7 +85,7 @@ def object_fields(dets: Detections, labels: Sequence[str], frame_size: tuple[int
 
     Args:
         dets: CPU detections in the pixels of the inferred surface (oriented boxes unrotated + ``angles_rad``).
-        labels: the model's label per class index (``Detector.labels``).
+        labels: the model's label per class index (``ModelStep.labels``).
         frame_size: ``(width, height)`` of the inferred surface.
         muxer_size: ``(width, height)`` of the muxer's output (``frame_meta.pipeline_width/height``).
         unique_id: the producer id (``unique_component_id``).

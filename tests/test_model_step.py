@@ -1,0 +1,96 @@
+"""inference.ModelStep directly (no GStreamer, no pipeline): a batch of frames in, per-frame Detections in each
+frame's own pixels out; what it refuses at load. Real models: tests/blobs.py (finds coloured squares, so the
+expected boxes are the squares drawn) and tests/classifier_models.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+from inferstream.errors import ConfigError, UnsupportedModelError
+from inferstream.frames.raw import RawFrame
+from inferstream.inference import InferConfig, ModelStep, load_model_step
+from inferstream.models.base import DecodeParams, PreprocessOverride
+
+BLOBS = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", labels=("red", "green", "blue"),
+                    precision="fp32", input_size=(320, 320))
+
+
+def _frame(width: int, height: int, squares: list[tuple[int, int, int, int]]) -> RawFrame:
+    """A black RGB frame with squares (x, y, side, colour 0..2)."""
+    img = torch.zeros((height, width, 3), dtype=torch.uint8)
+    for x, y, side, colour in squares:
+        img[y:y + side, x:x + side, colour] = 255
+    return RawFrame("RGB", width, height, (img,))
+
+
+@pytest.fixture(scope="module")
+def blobs() -> ModelStep:
+    return ModelStep(BLOBS)
+
+
+def test_boxes_come_back_in_each_frames_own_pixels_through_the_letterbox(blobs: ModelStep) -> None:
+    frames = [_frame(640, 360, [(100, 50, 80, 0)]), _frame(200, 400, [(20, 300, 60, 2), (120, 40, 40, 1)])]
+    wide, tall = blobs.infer(frames)
+    assert wide.labels.tolist() == [0]
+    torch.testing.assert_close(wide.boxes_xyxy, torch.tensor([[100.0, 50, 180, 130]]), atol=2.5, rtol=0)
+    assert sorted(tall.labels.tolist()) == [1, 2]
+    got = {c: b for c, b in zip(tall.labels.tolist(), tall.boxes_xyxy)}
+    torch.testing.assert_close(got[2], torch.tensor([20.0, 300, 80, 360]), atol=2.5, rtol=0)
+    torch.testing.assert_close(got[1], torch.tensor([120.0, 40, 160, 80]), atol=2.5, rtol=0)
+    assert wide.scores.dtype == torch.float32 and wide.boxes_xyxy.device.type == "cpu"
+
+
+def test_stretch_maps_boxes_back_per_axis() -> None:
+    step = ModelStep(replace(BLOBS, transform=PreprocessOverride(resize="stretch")))
+    (dets,) = step.infer([_frame(640, 160, [(320, 40, 80, 0)])])
+    torch.testing.assert_close(dets.boxes_xyxy, torch.tensor([[320.0, 40, 400, 120]]), atol=3.0, rtol=0)
+
+
+def test_a_frame_without_objects_gets_no_detections_and_thresholds_apply_per_call(blobs: ModelStep) -> None:
+    empty, one = blobs.infer([_frame(320, 320, []), _frame(320, 320, [(10, 10, 50, 1)])])
+    assert len(empty) == 0 and one.labels.tolist() == [1]
+    (none,) = blobs.infer([_frame(320, 320, [(10, 10, 50, 1)])], DecodeParams(conf=0.95))  # the blob scores 0.9
+    assert len(none) == 0
+
+
+def test_labels_and_size_come_from_the_config_when_the_model_has_none(blobs: ModelStep) -> None:
+    assert blobs.labels == ("red", "green", "blue") and blobs.input_size == (320, 320)
+    assert blobs.family == "yolo-end2end"
+
+
+def test_same_model_ignores_thresholds_only() -> None:
+    assert BLOBS.same_model(replace(BLOBS, params=DecodeParams(conf=0.9)))
+    assert not BLOBS.same_model(replace(BLOBS, model="blobs:shifted_blob_detector"))
+    assert not BLOBS.same_model(replace(BLOBS, input_size=(640, 640)))
+
+
+def test_a_bad_preprocess_mode_and_an_unknown_layout_fail_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"preprocess='bogus': expected one of \['auto'"):
+        ModelStep(replace(BLOBS, preprocess="bogus"))
+    with pytest.raises((ConfigError, UnsupportedModelError)):
+        ModelStep(InferConfig(model="blobs:odd_layout_model", precision="fp32"))
+
+
+def test_load_model_step_picks_the_object_classifier_for_secondary_and_refuses_a_detector_there() -> None:
+    from classifier_models import LABELS
+
+    from inferstream.secondary import ObjectClassifier
+
+    step = load_model_step(InferConfig(model="classifier_models:resnet18_seeded", labels=LABELS, precision="fp32",
+                                       objects=True))
+    assert isinstance(step, ObjectClassifier) and step.labels == LABELS
+    assert type(load_model_step(BLOBS)) is ModelStep
+    with pytest.raises(ConfigError, match="secondary inference needs a classifier"):
+        load_model_step(replace(BLOBS, objects=True))
+
+
+def test_the_runner_and_the_model_step_import_no_gstreamer() -> None:
+    code = ("import inferstream.inference, inferstream.batching, inferstream.runner.settings,"
+            " inferstream.runner.stream, inferstream.runner.tracking, inferstream.frames.memory,"
+            " inferstream.meta.writers, sys; print('gi' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
