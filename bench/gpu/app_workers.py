@@ -3,6 +3,7 @@
 against the bare model ceiling measured in the same call.
 
     python bench/gpu/app_workers.py --out DIR [--streams 64] [--workers 1,2,4,8] [--frames 450] [--mps off,on]
+    python bench/gpu/app_workers.py --out DIR --runs 1:off:yes,8:on:yes --ab-old .gpu-carry/old/src
 
 Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does both). Phases:
   clips     a few distinct 1080p H.264 clips made there (x264enc; the H200 has no NVENC), shared by the streams
@@ -13,7 +14,10 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             frames/s from its Prometheus endpoint between 25 % and 90 % of the frames, GPU/NVDEC utilisation
             (NVML), host cores busy (the whole machine, /proc/stat); ``--mps off,on`` runs each with the app's
             ``--mps off`` and ``--mps on`` (the app's private CUDA MPS daemon: the workers' kernels share the GPU
-            at once instead of time-slicing one CUDA context after another)
+            at once instead of time-slicing one CUDA context after another). ``--runs W:MPS:TRACKER,...`` names
+            the runs instead of the product of ``--workers``, ``--mps`` and ``--tracker``; ``--ab-old SRC`` runs
+            each twice, the app importing ``SRC`` (an older tree's ``src/``) and this tree's, alternating the
+            order run by run: code against code on one host, with one set of clips and one ceiling
 Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
 """
 from __future__ import annotations
@@ -132,7 +136,7 @@ def _busy_cpu_s() -> float:
 
 
 def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int, timeout_s: float,
-            mps: str) -> dict[str, Any]:
+            mps: str, src: Path | None = None) -> dict[str, Any]:
     import yaml
 
     path = out / f"{name}.yaml"
@@ -144,7 +148,10 @@ def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int,
     cpu: list[tuple[float, float]] = []
     t0 = time.perf_counter()
     with Sampler(Nvml()) as sampler, open(out / f"{name}.log", "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        env = dict(os.environ)
+        if src is not None:  # an older tree's code first on the path (its plugins are thin shims into it)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         while proc.poll() is None and time.perf_counter() - t0 < timeout_s:
             done = _frames_done(port)
             now = time.perf_counter()
@@ -168,7 +175,7 @@ def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int,
 
 
 def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any], workers: int, tracker: bool,
-            mps: str, total: int) -> dict[str, Any]:
+            mps: str, total: int, side: str = "") -> dict[str, Any]:
     batch = min(32, args.streams // workers)
     cfg: dict[str, Any] = {
         "sources": [{"id": f"cam{i}", "file": str(clips[i % len(clips)])} for i in range(args.streams)],
@@ -178,9 +185,10 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
     }
     if tracker:
         cfg["tracker"] = {}
-    name = f"w{workers}-{'track' if tracker else 'notrack'}-mps{mps}"
-    res = run_app(cfg, workers, args.out, name, total, args.run_timeout, mps)
-    res.update({"name": name, "tracker": tracker, "batch": batch, "mps": mps})
+    name = f"w{workers}-{'track' if tracker else 'notrack'}-mps{mps}{'-' + side if side else ''}"
+    res = run_app(cfg, workers, args.out, name, total, args.run_timeout, mps,
+                  args.ab_old if side == "old" else None)
+    res.update({"name": name, "tracker": tracker, "batch": batch, "mps": mps, "code": side or "this tree"})
     ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
     res["of_ceiling_same_batch"] = round(res.get("fps", 0) / ceiling, 3)
     res["of_ceiling_b32"] = round(res.get("fps", 0) / max(v for k, v in report["ceiling"].items()
@@ -198,6 +206,9 @@ def main() -> int:
     ap.add_argument("--tracker", default="yes,no")
     ap.add_argument("--run-timeout", type=float, default=150.0)
     ap.add_argument("--mps", default="off", help="off, on or off,on: the runs without / under the CUDA MPS daemon")
+    ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER,... (e.g. 1:off:yes,8:on:no) instead of the "
+                    "product of --workers, --mps and --tracker")
+    ap.add_argument("--ab-old", type=Path, help="an older src/ to run each config with too, alternating")
     args = ap.parse_args()
     Gst.init(None)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -205,26 +216,31 @@ def main() -> int:
     t = time.perf_counter()
     clips = make_clips(args.out, args.clips, args.frames)
     report["clips_s"] = round(time.perf_counter() - t, 1)
-    counts = [int(w) for w in args.workers.split(",")]
+    if args.runs:
+        specs = [(int(w), m, t == "yes") for w, m, t in (r.split(":") for r in args.runs.split(","))]
+    else:
+        specs = [(int(w), m, t == "yes") for m in args.mps.split(",") for t in args.tracker.split(",")
+                 for w in args.workers.split(",")]
+    counts = sorted({w for w, _, _ in specs})
     batches = sorted({min(32, args.streams // w) for w in counts} | {32})  # b32: the goal's ceiling
     report["ceiling"] = bare_ceiling(batches)
     print("ceiling", report["ceiling"], flush=True)
     total = args.streams * args.frames
     report["runs"] = []
-    for mps in args.mps.split(","):
-        for tracker in args.tracker.split(","):
-            for workers in counts:
-                res = one_run(args, clips, report, workers, tracker == "yes", mps, total)
-                report["runs"].append(res)
-                print(res["name"], res, flush=True)
-                (args.out / "app_workers.json").write_text(json.dumps(report, indent=1))
+    for i, (workers, mps, tracker) in enumerate(specs):
+        sides = [""] if args.ab_old is None else (["old", "new"] if i % 2 == 0 else ["new", "old"])
+        for side in sides:
+            res = one_run(args, clips, report, workers, tracker, mps, total, side)
+            report["runs"].append(res)
+            print(res["name"], res, flush=True)
+            (args.out / "app_workers.json").write_text(json.dumps(report, indent=1))
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
-             ("| workers | batch | pytracker | MPS | frames/s | of bare ceiling (same batch) | of bare b32 | GPU % "
-              "| NVDEC % | host cores | rc |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("| code | workers | batch | pytracker | MPS | frames/s | of bare ceiling (same batch) | of bare b32 "
+              "| GPU % | NVDEC % | host cores | rc |"), "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
-        lines.append(f"| {r['workers']} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | "
+        lines.append(f"| {r['code']} | {r['workers']} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r['rc']}"
