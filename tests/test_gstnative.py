@@ -4,9 +4,9 @@ from __future__ import annotations
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.gstnative import buffer_pts  # noqa: E402
+from inferstream.gstnative import buffer_pts
 
 Gst.init(None)
 

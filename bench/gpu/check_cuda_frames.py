@@ -204,7 +204,7 @@ def main() -> int:
         t = time.perf_counter()
         try:
             r = run_case(name, args.frames, share)
-        except Exception as exc:  # noqa: BLE001 — report every case, then fail
+        except Exception as exc:  # noqa: BLE001
             r = {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
         r["wall_s"] = round(time.perf_counter() - t, 2)
         results.append(r)

@@ -33,10 +33,10 @@ def vtest_path() -> Path:
                                 "copy OpenCV's samples/data/vtest.avi there")
     with tempfile.TemporaryDirectory() as tmp:
         for cmd in (["apt-get", "download", "-q", "opencv-doc"],):
-            done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+            done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise FileNotFoundError(f"`{' '.join(cmd)}` failed ({done.stderr.strip()[-300:]}); run "
-                                        "`apt-get update` first, or copy vtest.avi to {target}")
+                                        f"`apt-get update` first, or copy vtest.avi to {target}")
         deb = next(Path(tmp).glob("opencv-doc_*.deb"))
         subprocess.run(["dpkg", "-x", str(deb), f"{tmp}/x"], check=True)
         shutil.copyfile(Path(tmp) / "x" / _VTEST_IN_DEB, target.with_suffix(".part"))

@@ -11,12 +11,12 @@ import pytest
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import Gst, GstAnalytics  # noqa: E402
+from gi.repository import Gst, GstAnalytics
 
-import inferstream.app.demo as demo_module  # noqa: E402
-from app.media import decoded_frames  # noqa: E402
-from inferstream.app import gstprops  # noqa: E402
-from inferstream.app.cli import main  # noqa: E402
+import inferstream.app.demo as demo_module
+from app.media import decoded_frames
+from inferstream.app import gstprops
+from inferstream.app.cli import main
 
 EVENT_KEYS = {"stream", "frame", "pts", "box", "label", "confidence", "track_id"}
 

@@ -8,12 +8,12 @@ import gi
 import pytest
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from app.media import BLOBS  # noqa: E402
-from inferstream.app.cli import main  # noqa: E402
-from inferstream.app.config import load_config  # noqa: E402
-from inferstream.app.pipeline import build_plan  # noqa: E402
+from app.media import BLOBS
+from inferstream.app.cli import main
+from inferstream.app.config import load_config
+from inferstream.app.pipeline import build_plan
 
 CONFIG = {
     "sources": [{"id": "cam1", "file": "/videos/my clip.mp4", "max-frames": 5},

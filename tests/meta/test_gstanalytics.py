@@ -7,10 +7,10 @@ import torch
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import GLib, Gst, GstAnalytics  # noqa: E402
+from gi.repository import GLib, Gst, GstAnalytics
 
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.meta.gstanalytics import (  # noqa: E402
+from inferstream.detections import Detections
+from inferstream.meta.gstanalytics import (
     TrackRecord,
     label_quarks,
     producer_quark,

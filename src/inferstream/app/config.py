@@ -258,7 +258,7 @@ def _expand_samples(value: Any, path: KeyPath, problems: list[Problem]) -> Any:
 
         try:
             return str(getattr(data, _SAMPLES[name])())
-        except Exception as exc:  # noqa: BLE001 (a missing optional package or download tool: say which)
+        except Exception as exc:  # noqa: BLE001
             problems.append(Problem(path, f"sample {name!r} is unavailable: {exc}"))
             return value
     if isinstance(value, str) and value.startswith("~"):

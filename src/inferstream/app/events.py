@@ -12,7 +12,7 @@ from pathlib import Path
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 
 class JsonlEvents:

@@ -14,7 +14,7 @@ from typing import Any, Final
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import GObject, Gst  # noqa: E402
+from gi.repository import GObject, Gst
 
 if not Gst.is_initialized():
     Gst.init(None)
@@ -161,8 +161,8 @@ def check_properties(factory_name: str, values: Mapping[str, Any]) -> tuple[dict
     specs = element_properties(factory_name)
     if specs is None:
         where = os.environ.get("GST_PLUGIN_PATH", "")
-        return {}, [("", f"GStreamer element {factory_name!r} is not available (not registered; "
-                         f"GST_PLUGIN_PATH={where or 'unset'}): gst-inspect-1.0 {factory_name} says why")]
+        return {}, [("", (f"GStreamer element {factory_name!r} is not available (not registered; "
+                         f"GST_PLUGIN_PATH={where or 'unset'}): gst-inspect-1.0 {factory_name} says why"))]
     out: dict[str, str] = {}
     problems: list[tuple[str, str]] = []
     for key, value in values.items():

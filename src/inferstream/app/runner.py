@@ -18,14 +18,14 @@ from typing import Final
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import GLib, Gst  # noqa: E402
+from gi.repository import GLib, Gst
 
-from inferstream.app.console import Console, QuietConsole  # noqa: E402
-from inferstream.app.delivery import read_delivery  # noqa: E402
-from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot  # noqa: E402
-from inferstream.app.pipeline import Plan, StreamPlan  # noqa: E402
-from inferstream.app.signals import StopSignals  # noqa: E402
-from inferstream.errors import InferstreamError  # noqa: E402
+from inferstream.app.console import Console, QuietConsole
+from inferstream.app.delivery import read_delivery
+from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot
+from inferstream.app.pipeline import Plan, StreamPlan
+from inferstream.app.signals import StopSignals
+from inferstream.errors import InferstreamError
 
 if not Gst.is_initialized():
     Gst.init(None)
@@ -150,7 +150,7 @@ class Runner:
             for hook in self.frame_hooks:
                 try:
                     hook(stream.plan.id, index, info.get_buffer())
-                except Exception as exc:  # noqa: BLE001 (a hook must not take the stream down: say it once)
+                except Exception as exc:  # noqa: BLE001
                     key = f"frame hook failed: {exc!r}"
                     if key not in stream.warnings:
                         stream.warnings.add(key)

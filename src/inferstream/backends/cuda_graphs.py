@@ -96,7 +96,7 @@ class CudaGraphs:
             try:
                 with torch.jit.optimized_execution(optimize):
                     graph, outputs = self._record(static)
-            except Exception as e:  # noqa: BLE001  (auto mode: any capture failure means eager, reason kept)
+            except Exception as e:  # noqa: BLE001
                 errors.append(f"{type(e).__name__}: {_last_line(e)}")
                 _reset_rng_capture_state()
                 continue

@@ -151,7 +151,7 @@ class TorchBackend:
     def _from_torchscript(cls, path: Path, device: torch.device, dtype: torch.dtype, *,
                           graph: str = "auto") -> TorchBackend:
         """``torch.jit.load`` plus the ``config.txt`` metadata ultralytics embeds (names, imgsz, task...)."""
-        import torchvision  # type: ignore[import-untyped]  # noqa: F401  (registers ops a script may call, e.g. nms)
+        import torchvision  # type: ignore[import-untyped]  # noqa: F401 (registers the torchvision:: ops TorchScript files call)
 
         extra_files = {"config.txt": ""}
         try:

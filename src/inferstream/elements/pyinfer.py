@@ -34,13 +34,13 @@ from inferstream.elements._caps import (
     with_nvmm_if_available,
     without_cuda_memory,
 )
-from inferstream.elements._config_file import ConfigFile  # noqa: E402
-from inferstream.elements._errors import post_error, post_warning  # noqa: E402
-from inferstream.elements._stream import stream_info_event  # noqa: E402
-from inferstream.errors import ConfigError  # noqa: E402
-from inferstream.frames.nvmm import pyservicemaker_available  # noqa: E402
-from inferstream.inference import PREPROCESS_MODES  # noqa: E402
-from inferstream.models.registry import FAMILIES as MODEL_FAMILIES  # noqa: E402
+from inferstream.elements._config_file import ConfigFile
+from inferstream.elements._errors import post_error, post_warning
+from inferstream.elements._stream import stream_info_event
+from inferstream.errors import ConfigError
+from inferstream.frames.nvmm import pyservicemaker_available
+from inferstream.inference import PREPROCESS_MODES
+from inferstream.models.registry import FAMILIES as MODEL_FAMILIES
 
 if TYPE_CHECKING:
     from collections.abc import Callable

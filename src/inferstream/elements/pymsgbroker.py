@@ -26,12 +26,12 @@ import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
-from gi.repository import GObject, Gst, GstBase  # noqa: E402
+from gi.repository import GObject, Gst, GstBase
 
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._errors import post_error, post_warning  # noqa: E402
-from inferstream.errors import ConfigError  # noqa: E402
-from inferstream.messaging.brokers import BROKERS, redact_credentials  # noqa: E402  (clients load lazily)
+from inferstream.elements import _props as props
+from inferstream.elements._errors import post_error, post_warning
+from inferstream.errors import ConfigError
+from inferstream.messaging.brokers import BROKERS, redact_credentials
 
 if TYPE_CHECKING:
     from inferstream.messaging.brokers.base import Endpoint
@@ -153,9 +153,9 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
         return parse_conn_str(self.proto, self.conn_str, tls=tls, credentials_file=self.config or None)
 
     def do_start(self) -> bool:
-        from inferstream.meta.payload import register_payload_meta
         from inferstream.messaging.brokers import create_client
         from inferstream.messaging.publisher import Publisher
+        from inferstream.meta.payload import register_payload_meta
 
         self._buffers = self._payloads = 0
         self._flushed = False

@@ -29,9 +29,9 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
     __gstmetadata__ = (
         "inferstream on-screen display",
         "Filter/Effect/Video",
-        "Draws the frame's GstAnalytics object detections: boxes, oriented boxes as rotated polygons, labels with "
-        "confidence and track ids (stable colour per id), instance masks (alpha blend) and keypoint skeletons on "
-        "system-memory video, in place",
+        ("Draws the frame's GstAnalytics object detections: boxes, oriented boxes as rotated polygons, labels with "
+         "confidence and track ids (stable colour per id), instance masks (alpha blend) and keypoint skeletons on "
+         "system-memory video, in place"),
         "inferstream",
     )
     __gsttemplates__ = video_templates(system_video_caps())

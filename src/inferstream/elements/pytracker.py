@@ -13,12 +13,12 @@ import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
-from gi.repository import GObject, Gst, GstBase  # noqa: E402
+from gi.repository import GObject, Gst, GstBase
 
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import any_video_caps, video_templates  # noqa: E402
-from inferstream.elements._errors import post_error, post_warning  # noqa: E402
-from inferstream.gstnative import buffer_pts  # noqa: E402
+from inferstream.elements import _props as props
+from inferstream.elements._caps import any_video_caps, video_templates
+from inferstream.elements._errors import post_error, post_warning
+from inferstream.gstnative import buffer_pts
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections
@@ -237,8 +237,13 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
     def _write_predicted(self, buf: Gst.Buffer, result: TrackResult) -> None:
         if len(result.predicted) == 0:
             return
-        from inferstream.meta.gstanalytics import (TrackRecord, label_quarks, producer_quark, write_detections,
-                                                   write_tracks)
+        from inferstream.meta.gstanalytics import (
+            TrackRecord,
+            label_quarks,
+            producer_quark,
+            write_detections,
+            write_tracks,
+        )
 
         names = sorted(self._labels, key=self._labels.get)
         ids = write_detections(buf, result.predicted, label_quarks(names) or label_quarks(["object"]),

@@ -130,7 +130,7 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
             self._disabled = str(exc)
             post_warning(self, exc, "pyvlm disabled, the video passes unanswered")
             return True
-        except Exception as exc:  # noqa: BLE001 - the C boundary (R8): missing model, bad settings
+        except Exception as exc:
             post_error(self, exc, f"cannot start pyvlm with model {self.model!r}")
             return False
         self._runner = StreamRunner(settings, client)
@@ -220,7 +220,7 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
             answers += runner.client.take()
             if answers:
                 self._attach(buf, [a for a in answers if a.ok], frame)
-        except Exception as exc:  # noqa: BLE001 - the one broad catch: the C boundary (R8)
+        except Exception as exc:
             post_error(self, exc, "pyvlm failed")
             return Gst.FlowReturn.ERROR
         return Gst.FlowReturn.OK

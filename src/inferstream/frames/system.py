@@ -11,10 +11,10 @@ import numpy as np
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import Gst, GstVideo  # noqa: E402
+from gi.repository import Gst, GstVideo
 
-from inferstream.errors import UnsupportedFormatError  # noqa: E402
-from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame  # noqa: E402
+from inferstream.errors import UnsupportedFormatError
+from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
 
 # Mapped READ memory is read-only; torch warns once when viewing it. We never write through these views.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
