@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import gi
 
@@ -48,7 +48,7 @@ def _num(value: float | None) -> str:
 def _enum_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
     klass = pspec.enum_class
     if isinstance(klass, type):  # PyGObject >= 3.51: a Python IntEnum of exactly the values
-        return tuple(v.value_nick for v in klass)
+        return tuple(v.value_nick for v in cast("Iterable[Any]", klass))
     lo, hi = klass.minimum, klass.maximum  # older: the C GEnumClass
     if hi - lo > 4096:  # sparse enums: only the default is sure to exist
         value = GObject.enum_get_value(klass, pspec.default_value)
@@ -59,7 +59,7 @@ def _enum_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
 def _flag_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
     klass, bit, nicks = pspec.flags_class, 1, []
     if isinstance(klass, type):  # PyGObject >= 3.51: a Python IntFlag; iterating it yields the single bits
-        return tuple(v.value_nicks[0] for v in klass)
+        return tuple(v.value_nicks[0] for v in cast("Iterable[Any]", klass))
     while bit <= klass.mask:
         if (value := GObject.flags_get_first_value(klass, bit)) is not None:
             nicks.append(value.value_nick)
@@ -194,7 +194,7 @@ def decoder_works(factory_name: str) -> bool:
     if element is None:
         return False
     try:
-        return element.set_state(Gst.State.READY) == Gst.StateChangeReturn.SUCCESS
+        return bool(element.set_state(Gst.State.READY) == Gst.StateChangeReturn.SUCCESS)
     finally:
         element.set_state(Gst.State.NULL)
 

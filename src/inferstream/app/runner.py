@@ -32,6 +32,7 @@ if not Gst.is_initialized():
 
 # (stream id, frame index within the stream, buffer leaving the last analytics element)
 FrameHook = Callable[[str, int, Gst.Buffer], None]
+_Probe = Callable[[Gst.Pad, Gst.PadProbeInfo], Gst.PadProbeReturn]
 TICK_NS: Final = 100 * Gst.MSECOND
 EXIT_OK, EXIT_STREAM_FAILED, EXIT_EVENTS_LOST, EXIT_INTERRUPTED = 0, 1, 3, 130  # signals: 128 + number
 
@@ -129,13 +130,13 @@ class Runner:
             self._probe(bin_, f"{sp.id}_limit", Gst.PadProbeType.BUFFER, "src", self._on_limit(sp.limit))
 
     @staticmethod
-    def _probe(bin_: Gst.Bin, element: str, kind: Gst.PadProbeType, pad: str, fn: Callable) -> None:
+    def _probe(bin_: Gst.Bin, element: str, kind: Gst.PadProbeType, pad: str, fn: _Probe) -> None:
         found = bin_.get_by_name(element)
         if found is None or found.get_static_pad(pad) is None:
             raise RunError(f"internal: no {element}.{pad} in {bin_.get_name()}")
         found.get_static_pad(pad).add_probe(kind, fn)
 
-    def _on_frame(self, stream: _Stream) -> Callable:
+    def _on_frame(self, stream: _Stream) -> _Probe:
         counters = stream.counters
 
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
@@ -144,7 +145,7 @@ class Runner:
             return Gst.PadProbeReturn.OK
         return probe
 
-    def _on_hook(self, stream: _Stream) -> Callable:
+    def _on_hook(self, stream: _Stream) -> _Probe:
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
             index, stream.hook_index = stream.hook_index, stream.hook_index + 1
             for hook in self.frame_hooks:
@@ -159,7 +160,7 @@ class Runner:
         return probe
 
     @staticmethod
-    def _on_limit(limit: int) -> Callable:
+    def _on_limit(limit: int) -> _Probe:
         """Exactly ``limit`` frames pass: identity's eos-after ended the source, this drops what a decoder drains."""
         passed = [0]
 
@@ -169,7 +170,7 @@ class Runner:
         return probe
 
     @staticmethod
-    def _on_sink_event(stream: _Stream, sink: str) -> Callable:
+    def _on_sink_event(stream: _Stream, sink: str) -> _Probe:
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
             if info.get_event().type == Gst.EventType.EOS:
                 stream.counters.eos_sinks.add(sink)

@@ -94,7 +94,7 @@ class CudaGraphs:
         modes = (True, False) if isinstance(self._model, torch.jit.ScriptModule) else (True,)
         for optimize in modes:
             try:
-                with torch.jit.optimized_execution(optimize):
+                with torch.jit.optimized_execution(optimize):  # type: ignore[attr-defined]
                     graph, outputs = self._record(static)
             except Exception as e:  # noqa: BLE001
                 errors.append(f"{type(e).__name__}: {_last_line(e)}")

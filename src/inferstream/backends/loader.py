@@ -260,8 +260,8 @@ def info_from_export_metadata(
         facts["imgsz"] = f"[{imgsz[0]}, {imgsz[1]}]"
     if "stride" in meta:
         facts["stride"] = str(meta["stride"])
-    if isinstance(meta.get("kpt_shape"), (list, tuple)):  # pose models: keypoints x (x, y[, visibility])
-        facts["kpt_shape"] = str(list(meta["kpt_shape"]))
+    if isinstance(kpt_shape := meta.get("kpt_shape"), (list, tuple)):  # pose models: keypoints x (x, y[, visibility])
+        facts["kpt_shape"] = str(list(kpt_shape))
     description = str(meta.get("description", "")).lower()
     if meta.get("head") == "rtdetr" or "rtdetr" in description or "rt-detr" in description:
         facts["head"] = "rtdetr"  # RT-DETR's (B, K, 6) rows are normalised cx,cy,w,h: not YOLO end-to-end's

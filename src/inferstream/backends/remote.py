@@ -276,12 +276,12 @@ class _InputRegion:
         return cls(handle, name, size)
 
     def write(self, x: np.ndarray) -> None:
-        import tritonclient.utils.shared_memory as shm  # type: ignore[import-untyped]
+        import tritonclient.utils.shared_memory as shm
 
         shm.set_shared_memory_region(self.handle, [x])
 
     def close(self, client: Any) -> None:
-        import tritonclient.utils.shared_memory as shm  # type: ignore[import-untyped]
+        import tritonclient.utils.shared_memory as shm
 
         try:
             client.unregister_system_shared_memory(self.name)

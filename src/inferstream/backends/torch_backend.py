@@ -155,7 +155,7 @@ class TorchBackend:
 
         extra_files = {"config.txt": ""}
         try:
-            model = torch.jit.load(  # type: ignore[no-untyped-call]
+            model = torch.jit.load(
                 str(path), map_location=device, _extra_files=extra_files)
         except Exception as e:
             raise UnsupportedModelError(f"{path} is not a TorchScript archive torch can load (tried "

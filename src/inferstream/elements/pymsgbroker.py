@@ -139,7 +139,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
                                spool_max_bytes=self.spool_limit,
                                spool_segment_bytes=_segment_bytes(self.spool_dir, self.spool_limit)
                                if self.spool_dir else 16 << 20,
-                               full_policy=self.drop_policy, fail_fast=self.fail_fast)  # type: ignore[arg-type]
+                               full_policy=self.drop_policy, fail_fast=self.fail_fast)
 
     def _endpoint(self) -> Endpoint:
         from inferstream.messaging.brokers import TlsOptions, parse_conn_str

@@ -248,7 +248,7 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
         dets = meta.dets
         tracks = dets.track_ids.tolist() if dets.track_ids is not None else [-1] * len(dets)
         boxes = dets.boxes_xyxy.round().int().tolist()
-        return [FrameObject(od, t, meta.label_names[lab], tuple(box))  # type: ignore[arg-type]
+        return [FrameObject(od, t, meta.label_names[lab], tuple(box))
                 for od, t, lab, box in zip(meta.od_ids, tracks, dets.labels.tolist(), boxes)]
 
     def _attach(self, buf: Gst.Buffer, answers: list[VlmAnswer], frame: int) -> None:

@@ -313,7 +313,7 @@ def stream_wait(waiter: int, signaller: int, context: int) -> None:
             check_cu(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
         created = ctypes.c_void_p()
         check_cu(cu.cuEventCreate(ctypes.byref(created), _CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-        event = events[context] = created.value
+        event = events[context] = created.value or 0
     check_cu(cu.cuEventRecord(event, signaller), "cuEventRecord")
     check_cu(cu.cuStreamWaitEvent(waiter, event, 0), "cuStreamWaitEvent")
 

@@ -76,7 +76,7 @@ def frame_from_mapped(data: memoryview, fmt: str, width: int, height: int, strid
 
     if fmt in _CHANNELS:
         c = _CHANNELS[fmt]
-        planes = (_plane(data, offsets[0], (height, width, c), (strides[0], c, 1)),)
+        planes: tuple[np.ndarray, ...] = (_plane(data, offsets[0], (height, width, c), (strides[0], c, 1)),)
     elif fmt == "NV12":
         ch, cw = (height + 1) // 2, (width + 1) // 2
         planes = (_plane(data, offsets[0], (height, width), (strides[0], 1)),

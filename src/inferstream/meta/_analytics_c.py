@@ -148,7 +148,7 @@ class Loops:
 
     write_ods: ctypes._CFuncPtr  # type: ignore[name-defined]
     write_tracks: ctypes._CFuncPtr  # type: ignore[name-defined]
-    api: ctypes._CArgObject  # type: ignore[name-defined]
+    api: ctypes._CArgObject
 
 
 @functools.cache
