@@ -19,7 +19,6 @@ gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
 from inferstream.detections import Detections
-from inferstream.frames.raw import RawFrame
 from inferstream.meta.gstanalytics import (
     TrackRecord,
     label_quarks,
@@ -29,6 +28,7 @@ from inferstream.meta.gstanalytics import (
     write_tracks,
 )
 from inferstream.ops.draw import draw_detections, id_color
+from inferstream.rawframe import RawFrame
 from inferstream.tracking import make_tracker
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -13,8 +13,8 @@ import torch
 
 from inferstream.batching import BatchGroup, FollowUp
 from inferstream.detections import Detections
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import Detector, InferConfig
+from inferstream.rawframe import RawFrame
 
 
 def _square_frame(x: int) -> RawFrame:

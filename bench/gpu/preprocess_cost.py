@@ -17,8 +17,8 @@ from unittest import mock
 
 import torch
 
-from inferstream.frames.raw import RawFrame
 from inferstream.ops.letterbox import preprocess_batch
+from inferstream.rawframe import RawFrame
 
 
 def _frames(n: int, h: int, w: int, pitch: int) -> list[RawFrame]:

@@ -176,8 +176,8 @@ class Bench:
         """Detector.infer on b decoded NV12 frames already in device memory: the pipeline minus GStreamer."""
         import torch
 
-        from inferstream.frames.raw import RawFrame
         from inferstream.inference import Detector, InferConfig
+        from inferstream.rawframe import RawFrame
 
         decoded = self._decoded(min(b, 8))
         dev = torch.device(self.device)

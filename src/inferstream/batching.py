@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
     from inferstream.inference import Detector, InferConfig
     from inferstream.models.base import DecodeParams
+    from inferstream.rawframe import RawFrame
 
 
 FollowUp = tuple["Callable[[list[Any]], None]", Any]

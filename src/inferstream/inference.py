@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
     from inferstream.backends.base import Backend
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
     from inferstream.models.base import Decoder, Family, MaskedDecoder
+    from inferstream.rawframe import RawFrame
 
 DEFAULT_INPUT_SIZE = (640, 640)
 # preprocess mode -> preprocess_batch(exact=..., resize_first=...)

@@ -14,7 +14,7 @@ from inferstream.errors import ConfigError, UnsupportedFormatError
 from inferstream.frames import cuda
 from inferstream.frames.cuda import CudaArrayView, PlaneLayout, cuda_array_interface, frame_nbytes, plane_layouts
 from inferstream.frames.cuda_context import CudaContextMismatchError, mismatch_message, share_torch_context
-from inferstream.frames.raw import PACKED_FORMATS
+from inferstream.rawframe import PACKED_FORMATS
 
 HAS_GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (runs on the GPU machine, see bench/gpu)")

@@ -17,8 +17,8 @@ import pytest
 import torch
 from _reference import DEVICES, bus_bgr
 
-from inferstream.frames.raw import RawFrame
 from inferstream.ops.letterbox import Letterbox, letterbox_geometry, preprocess_batch
+from inferstream.rawframe import RawFrame
 
 COLORIMETRY = [("bt601", False), ("bt709", False), ("bt601", True), ("bt709", True)]
 KR_KB = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}

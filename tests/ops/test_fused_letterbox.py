@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from inferstream.frames.raw import RawFrame
 from inferstream.ops.fused_letterbox import MAX_FRAMES, letterbox_yuv420_into
 from inferstream.ops.letterbox import preprocess_batch
+from inferstream.rawframe import RawFrame
 
 from .test_fast_letterbox import _frame
 

@@ -49,10 +49,10 @@ if TYPE_CHECKING:
     from inferstream.batching import BatchGroup, FollowUp
     from inferstream.detections import Detections
     from inferstream.elements._secondary import Secondary
-    from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
     from inferstream.inference import Detector, InferConfig
     from inferstream.models.base import DecodeParams, PreprocessOverride
+    from inferstream.rawframe import RawFrame
 
 FAMILIES = ("auto", *MODEL_FAMILIES)
 PROCESS_MODES = ("primary", "secondary")

@@ -17,10 +17,10 @@ from inferstream.elements._errors import post_error
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
     from inferstream.meta.gstanalytics import FrameMeta
     from inferstream.ops.draw import Color
+    from inferstream.rawframe import RawFrame
     from inferstream.vlm.latest import LatestAnswers
 
 

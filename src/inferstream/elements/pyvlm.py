@@ -25,7 +25,7 @@ from inferstream.elements._caps import system_video_caps, video_templates
 from inferstream.elements._errors import post_error, post_warning
 from inferstream.elements._stream import read_stream_info
 from inferstream.errors import ConfigError, UnsupportedModelError
-from inferstream.frames.raw import PACKED_FORMATS
+from inferstream.rawframe import PACKED_FORMATS
 
 if TYPE_CHECKING:
     from inferstream.frames.system import FrameFormat

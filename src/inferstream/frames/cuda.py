@@ -44,8 +44,8 @@ from inferstream.frames.cuda_context import (
     mismatch_message,
     torch_context_handle,
 )
-from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
 from inferstream.gstnative import GstMiniObjectC, bind, buffer_address, pydll
+from inferstream.rawframe import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
 
 if TYPE_CHECKING:
     import torch

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.errors import UnsupportedFormatError
-from inferstream.frames.raw import RawFrame
+from inferstream.rawframe import RawFrame
 
 if TYPE_CHECKING:
     import torch

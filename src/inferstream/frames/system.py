@@ -14,7 +14,7 @@ gi.require_version("GstVideo", "1.0")
 from gi.repository import Gst, GstVideo
 
 from inferstream.errors import UnsupportedFormatError
-from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
+from inferstream.rawframe import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
 
 # Mapped READ memory is read-only; torch warns once when viewing it. We never write through these views.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")

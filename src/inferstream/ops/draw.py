@@ -18,7 +18,7 @@ from inferstream.ops.font5x7 import GLYPH_H, GLYPH_W, GLYPHS
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 # channel positions of R, G, B in each packed format
 _RGB_INDEX: Final = {"RGB": (0, 1, 2), "BGR": (2, 1, 0), "RGBA": (0, 1, 2), "BGRA": (2, 1, 0), "RGBx": (0, 1, 2),

@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from inferstream.frames.raw import PLANAR_FORMATS
 from inferstream.ops.color import NEAREST_CHROMA, check_group, colour_bytes, yuv_affine
 from inferstream.ops.fused_letterbox import letterbox_yuv420_into
+from inferstream.rawframe import PLANAR_FORMATS
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 
 MAX_CHUNK_PIXELS = 1920 * 1088 * 32

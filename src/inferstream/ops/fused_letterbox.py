@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 _log = logging.getLogger(__name__)
 

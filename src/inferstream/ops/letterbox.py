@@ -25,7 +25,7 @@ from inferstream.ops.fast_letterbox import resize_rgb_into
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 PAD_VALUE = 114
 Param: TypeAlias = "Tensor | float"  # a number, or one value per box as Tensor[N, 1]

@@ -1,4 +1,5 @@
-"""A frame as tensor views of its planes: what frames/ hands to ops/ (no GStreamer types cross this line)."""
+"""A frame as tensor views of its planes: what frames/ hands to ops/ (no GStreamer types cross this line); beside
+detections.py so ops/ and models/ need nothing from frames/."""
 from __future__ import annotations
 
 from dataclasses import dataclass
