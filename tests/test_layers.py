@@ -15,7 +15,7 @@ PLUGINS = SRC / "gst_plugins" / "python"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "detections", "rawframe"),  # the shared vocabulary: errors, Detections, RawFrame
     ("data",),  # the cache directory and the sample data
-    ("gstnative", "cnative"),  # ctypes into GStreamer; the compiled C loops
+    ("native",),  # everything that talks to C: ctypes into GStreamer and CUDA, struct layouts, compiled loops
     ("ops", "backends", "tracking", "vlm", "nvinfer_config", "serial"),  # pure computation, one job each
     ("models", "frames"),  # model families (over backends and ops); buffers -> RawFrame
     ("meta",),  # metadata writers and readers
@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gst_plugins",),  # one gst-python entry file per element
     ("app",),  # CLI, config, pipeline plans, runner
 )
-GI_ROOMS = frozenset({"gstnative", "frames", "meta", "elements", "gst_plugins", "app"})
+GI_ROOMS = frozenset({"native", "frames", "meta", "elements", "gst_plugins", "app"})
 SAME_LAYER = frozenset({("secondary", "inference"), ("inference", "secondary")})  # one job in two files
 
 

@@ -35,6 +35,8 @@ from inferstream.frames import cuda
 from inferstream.frames.cuda import mapped_cuda_frames
 from inferstream.frames.cuda_context import CudaContextMismatchError, share_torch_context, torch_context_handle
 from inferstream.frames.system import frame_format, mapped_frame
+from inferstream.native import cuda as native_cuda
+from inferstream.native.structs import GstCudaMemoryC, GstMapInfoC
 from inferstream.ops.color import to_rgb
 
 W, H = 1280, 720
@@ -143,11 +145,11 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
     """Where mapped_cuda_frames' time goes, on one held sample (median µs of 200)."""
     buf, info = sample.get_buffer(), _info(sample)
     dev = torch.device("cuda", 0)
-    nat = cuda._native()
+    nat = native_cuda.gst_cuda_calls()
     mem = cuda._cuda_memory(buf)
     stream = nat.cuda_gst.gst_cuda_stream_get_handle(nat.cuda_gst.gst_cuda_memory_get_stream(mem))
-    mi = cuda.GstMapInfoC()
-    flags = cuda.GST_MAP_READ | cuda.GST_MAP_CUDA
+    mi = GstMapInfoC()
+    flags = native_cuda.GST_MAP_READ | native_cuda.GST_MAP_CUDA
 
     def enter_exit() -> None:
         with mapped_cuda_frames(buf, info):
@@ -168,10 +170,10 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
         out["gst_stream_handle"] = _median_us(lambda: cuda._gst_stream_handle(mem))
         gs = cuda._gst_stream_handle(mem)
         consumer, ctx = torch.cuda.current_stream(dev).cuda_stream, torch_context_handle(dev.index)
-        out["stream_wait"] = _median_us(lambda: cuda.stream_wait(consumer, gs, ctx))
+        out["stream_wait"] = _median_us(lambda: native_cuda.stream_wait(consumer, gs, ctx))
         out["colorimetry_of"] = _median_us(lambda: cuda_colorimetry(info))
         ff = frame_format(info)  # what mapped_cuda_frames checks the memory's layout against
-        out["memory_layout"] = _median_us(lambda: cuda._memory_layout(cuda.GstCudaMemoryC.from_address(mem), ff))
+        out["memory_layout"] = _median_us(lambda: cuda._memory_layout(GstCudaMemoryC.from_address(mem), ff))
     finally:
         nat.gst.gst_memory_unmap(mem, ctypes.byref(mi))
     return out

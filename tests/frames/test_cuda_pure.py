@@ -1,8 +1,8 @@
-"""frames/cuda.py: plane layout maths, __cuda_array_interface__ dicts and C struct layouts on CPU; the zero-copy
-views and the GStreamer CUDA path where a GPU is present (skipped otherwise)."""
+"""frames/cuda.py: plane layout maths and __cuda_array_interface__ dicts on CPU (the C struct layouts:
+tests/native/test_structs.py); the zero-copy views and the GStreamer CUDA path where a GPU is present (skipped
+otherwise)."""
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 from contextlib import AbstractContextManager, nullcontext
@@ -101,24 +101,7 @@ def test_cuda_array_interface_rejects_null_pointer() -> None:
         cuda_array_interface(0, PlaneLayout(0, (1, 1), (1, 1)))
 
 
-# --- C structs, flags, messages, import hygiene ---------------------------------------------------------------
-def test_struct_layouts_match_gstreamer_1_28_headers() -> None:
-    # offsetof/sizeof printed by a C program compiled against GStreamer 1.28.6's headers (x86_64)
-    assert ctypes.sizeof(cuda.GstMapInfoC) == 104
-    assert (cuda.GstMapInfoC.data.offset, cuda.GstMapInfoC.size.offset) == (16, 24)
-    assert ctypes.sizeof(cuda._GstMemoryC) == 112
-    assert (cuda.GstCudaMemoryC.context.offset, cuda.GstCudaMemoryC.info.offset) == (112, 120)
-    assert ctypes.sizeof(cuda.GstCudaMemoryC) == 312
-    vi = cuda.GstVideoInfoC
-    assert ctypes.sizeof(vi) == 152
-    assert (vi.width.offset, vi.height.offset, vi.size.offset, vi.colorimetry.offset) == (16, 20, 24, 40)
-    assert (vi.offset.offset, vi.stride.offset) == (72, 104)
-
-
-def test_map_cuda_flag_value() -> None:
-    assert cuda.GST_MAP_CUDA == 0x20000 and cuda.GST_MAP_READ | cuda.GST_MAP_CUDA == 0x20001
-
-
+# --- messages, import hygiene --------------------------------------------------------------------------------
 def test_mismatch_message_names_contexts_and_the_fix() -> None:
     msg = mismatch_message(0x1234, 0xABCD, 1)
     assert "0x1234" in msg and "0xabcd" in msg and "cuda:1" in msg and "share_torch_context(pipeline)" in msg

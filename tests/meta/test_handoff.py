@@ -12,10 +12,10 @@ gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
 from inferstream.detections import Detections
-from inferstream.gstnative import buffer_address
 from inferstream.meta import gstanalytics as ga
 from inferstream.meta import handoff
-from inferstream.meta._analytics_c import analytics
+from inferstream.native.analytics import analytics
+from inferstream.native.gst import buffer_address
 
 Gst.init(None)
 QUARKS = ga.label_quarks(["person", "car", "bus"])

@@ -343,8 +343,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     def do_start(self) -> bool:
         from inferstream.batching import acquire_group
         from inferstream.elements._secondary import Secondary
-        from inferstream.meta._analytics_c import loops as analytics_loops
         from inferstream.meta.gstanalytics import producer_quark
+        from inferstream.native.analytics import loops as analytics_loops
 
         try:  # settings first: a bad one must not leave a loaded model behind (no do_stop after a failed start)
             self._class_conf = self._nvinfer.apply(self.config_file)

@@ -18,7 +18,7 @@ from gi.repository import GObject, Gst, GstBase
 from inferstream.elements import _props as props
 from inferstream.elements._caps import any_video_caps, video_templates
 from inferstream.elements._errors import post_error, post_warning
-from inferstream.gstnative import buffer_pts
+from inferstream.native.gst import buffer_pts
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections

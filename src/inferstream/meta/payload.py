@@ -25,7 +25,7 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
-from inferstream.gstnative import buffer_address, cdll
+from inferstream.native.gst import buffer_address, cdll
 
 PAYLOAD_META: Final = "inferstream-payload"
 

@@ -21,8 +21,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from inferstream.native.nvrtc import KernelUnavailable, load_kernels
 from inferstream.ops.color import yuv_affine
-from inferstream.ops.nvrtc import KernelUnavailable, load_kernels
 
 if TYPE_CHECKING:
     import torch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferstream.ops import nvrtc
+from inferstream.native import nvrtc
 from inferstream.ops.fused_letterbox import SOURCE
 
 
