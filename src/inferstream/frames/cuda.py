@@ -33,7 +33,7 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from inferstream.errors import UnsupportedFormatError
 from inferstream.frames.cuda_context import (
@@ -45,7 +45,7 @@ from inferstream.frames.cuda_context import (
 from inferstream.native.cuda import GST_MAP_CUDA, GST_MAP_READ, gst_cuda_calls, stream_wait
 from inferstream.native.gst import buffer_address, c_address
 from inferstream.native.structs import GstCudaMemoryC, GstMapInfoC
-from inferstream.rawframe import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
+from inferstream.rawframe import SUPPORTED_FORMATS, RawFrame, plane_specs
 
 if TYPE_CHECKING:
     import torch
@@ -53,9 +53,6 @@ if TYPE_CHECKING:
 
     from inferstream.frames.system import FrameFormat
 
-SUPPORTED_FORMATS: Final[tuple[str, ...]] = PACKED_FORMATS + PLANAR_FORMATS
-_CHANNELS: Final = {f: 3 if len(f) == 3 else 4 for f in PACKED_FORMATS}
-_N_PLANES: Final = {"NV12": 2, "I420": 3} | {f: 1 for f in PACKED_FORMATS}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -101,23 +98,15 @@ def plane_layouts(fmt: str, width: int, height: int, strides: list[int] | tuple[
         UnsupportedFormatError: ``fmt`` is not supported.
         ValueError: non-positive size, too few strides/offsets, a negative offset, or a pitch shorter than a row.
     """
-    if fmt not in _N_PLANES:
+    if fmt not in SUPPORTED_FORMATS:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported on CUDA memory; use one of "
                                      f"{list(SUPPORTED_FORMATS)}")
     if width <= 0 or height <= 0:
         raise ValueError(f"frame size: expected positive width and height, got {width}x{height}")
-    n = _N_PLANES[fmt]
+    specs = plane_specs(fmt, width, height)
+    n = len(specs)
     if len(strides) < n or len(offsets) < n:
         raise ValueError(f"{fmt}: expected {n} strides and offsets, got {len(strides)} and {len(offsets)}")
-    ch, cw = (height + 1) // 2, (width + 1) // 2
-    specs: list[tuple[tuple[int, ...], tuple[int, ...]]]
-    if fmt in _CHANNELS:
-        c = _CHANNELS[fmt]
-        specs = [((height, width, c), (c, 1))]
-    elif fmt == "NV12":
-        specs = [((height, width), (1,)), ((ch, cw, 2), (2, 1))]
-    else:  # I420
-        specs = [((height, width), (1,)), ((ch, cw), (1,)), ((ch, cw), (1,))]
     layouts = []
     for i, (shape, inner) in enumerate(specs):
         row_bytes = shape[1] * inner[0]
@@ -189,7 +178,7 @@ def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[tuple[int, .
         raise UnsupportedFormatError(
             f"CUDA memory layout (format id {fmt_id}, {minfo.width}x{minfo.height}) does not match the caps "
             f"({fmt.name} = {fmt.format_id}, {fmt.width}x{fmt.height})")
-    n = _N_PLANES.get(fmt.name, 1)
+    n = len(fmt.strides)  # the caps' plane count
     return tuple(minfo.stride[:n]), tuple(minfo.offset[:n])
 
 
@@ -253,7 +242,7 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
 
     ff = as_frame_format(info)
     fmt = ff.name
-    if fmt not in _N_PLANES:
+    if fmt not in SUPPORTED_FORMATS:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported on CUDA memory; use one of "
                                      f"{list(SUPPORTED_FORMATS)}")
     mem = _cuda_memory(buf)

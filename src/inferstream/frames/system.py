@@ -14,13 +14,11 @@ gi.require_version("GstVideo", "1.0")
 from gi.repository import Gst, GstVideo
 
 from inferstream.errors import UnsupportedFormatError
-from inferstream.rawframe import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
+from inferstream.rawframe import SUPPORTED_FORMATS, RawFrame, plane_specs
 
 # Mapped READ memory is read-only; torch warns once when viewing it. We never write through these views.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
-SUPPORTED_FORMATS: tuple[str, ...] = PACKED_FORMATS + PLANAR_FORMATS
-_CHANNELS = {f: 3 if len(f) == 3 else 4 for f in PACKED_FORMATS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,20 +72,10 @@ def frame_from_mapped(data: memoryview, fmt: str, width: int, height: int, strid
     """
     import torch
 
-    if fmt in _CHANNELS:
-        c = _CHANNELS[fmt]
-        planes: tuple[np.ndarray, ...] = (_plane(data, offsets[0], (height, width, c), (strides[0], c, 1)),)
-    elif fmt == "NV12":
-        ch, cw = (height + 1) // 2, (width + 1) // 2
-        planes = (_plane(data, offsets[0], (height, width), (strides[0], 1)),
-                  _plane(data, offsets[1], (ch, cw, 2), (strides[1], 2, 1)))
-    elif fmt == "I420":
-        ch, cw = (height + 1) // 2, (width + 1) // 2
-        planes = (_plane(data, offsets[0], (height, width), (strides[0], 1)),
-                  _plane(data, offsets[1], (ch, cw), (strides[1], 1)),
-                  _plane(data, offsets[2], (ch, cw), (strides[2], 1)))
-    else:
+    if fmt not in SUPPORTED_FORMATS:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported; use one of {list(SUPPORTED_FORMATS)}")
+    planes = [_plane(data, offsets[i], shape, (strides[i], *inner))
+              for i, (shape, inner) in enumerate(plane_specs(fmt, width, height))]
     return RawFrame(fmt, width, height, tuple(torch.from_numpy(p) for p in planes), colorimetry[0], colorimetry[1])
 
 
