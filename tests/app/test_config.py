@@ -166,3 +166,10 @@ def test_examples_validate(example: Path) -> None:
             pytest.skip(f"needs an element or device missing here: {exc}")
         raise
     assert plan.streams
+
+
+def test_a_model_file_no_backend_loads_is_refused_with_the_loaders_suffixes(tmp_path: Path) -> None:
+    (tmp_path / "yolo11n.engine").write_bytes(b"serialized TensorRT engine")
+    problems = _problems(tmp_path, GOOD.replace("blobs:color_blob_detector", str(tmp_path / "yolo11n.engine")))
+    assert any(p.startswith(f"cfg.yaml:8: infer.model: {tmp_path / 'yolo11n.engine'}: no backend loads .engine files; "
+                            "known suffixes: .onnx, .pt, .pth, .torchscript") for p in problems), problems

@@ -58,7 +58,6 @@ from inferstream.errors import ConfigError
 
 KeyPath = tuple[Hashable, ...]
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
-MODEL_SUFFIXES = (".onnx", ".pt", ".pth", ".torchscript", ".engine")
 SOURCE_KINDS = ("file", "uri", "v4l2", "test")
 
 
