@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,7 @@ from inferstream.errors import ConfigError
 from inferstream.frames.nvmm import pyservicemaker_available
 from inferstream.inference import PREPROCESS_MODES
 from inferstream.models.registry import FAMILIES as MODEL_FAMILIES
+from inferstream.native.gstlog import gst_debug
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -370,7 +372,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                 self.do_stop()
                 post_error(self, exc, "GstAnalytics (GStreamer >= 1.26) is needed to write the detections")
                 return False
-            Gst.warning(f"{self.get_name()}: no usable GstAnalytics ({exc}): DeepStream (NVMM) input only")
+            gst_debug(__name__, logging.WARNING,
+                      f"{self.get_name()}: no usable GstAnalytics ({exc}): DeepStream (NVMM) input only")
         self._frame_index = 0
         self._ended = False
         self._skip = self.interval
@@ -397,15 +400,17 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._nvmm = is_nvmm(incaps)
         self._frame_format = None if self._info is None else frame_format(self._info)
         if self._producer is None and not self._nvmm:
-            Gst.warning(f"{self.get_name()}: {incaps.to_string()} refused: without GstAnalytics only NVMM input")
+            gst_debug(__name__, logging.WARNING,
+                      f"{self.get_name()}: {incaps.to_string()} refused: without GstAnalytics only NVMM input")
             return False
         if self._cuda_memory and self._cuda_index is None:
-            Gst.warning(f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
+            gst_debug(__name__, logging.WARNING, f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
             return False
         if not (self._cuda_memory or self._nvmm) and self._cuda_index is not None and not self._told_upload:
             self._told_upload = True
-            Gst.info(f"{self.get_name()}: system-memory input with device={self._group.cfg.device}: each frame is "
-                     "uploaded (put a CUDA decoder or cudaupload upstream to keep pixels on the GPU)")
+            gst_debug(__name__, logging.INFO,
+                      f"{self.get_name()}: system-memory input with device={self._group.cfg.device}: each frame is "
+                      "uploaded (put a CUDA decoder or cudaupload upstream to keep pixels on the GPU)")
         return self._info is not None
 
     # CUDA memory: caps, context sharing ----------------------------------------------------------------------
@@ -415,8 +420,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         if self._cuda is None or self._cuda[0] != device:
             self._cuda = (device, _cuda_memory_unavailable(device))
             if self._cuda[1] is not None and device.startswith("cuda"):
-                Gst.info(f"{self.get_name()}: CUDA-memory input disabled ({self._cuda[1]}): negotiating system "
-                         "memory")
+                gst_debug(__name__, logging.INFO,
+                          f"{self.get_name()}: CUDA-memory input disabled ({self._cuda[1]}): negotiating system memory")
         return self._cuda[1]
 
     def _cuda_ok(self) -> bool:
@@ -431,7 +436,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                 if answer_context_query(self, query, self._device_index()):
                     return True
             except Exception as exc:  # a query must not raise through C (R8); the mapping reports mismatches
-                Gst.warning(f"{self.get_name()}: cannot answer the CUDA context query: {exc}")
+                gst_debug(__name__, logging.WARNING, f"{self.get_name()}: cannot answer the CUDA context query: {exc}")
         handled: bool = GstBase.BaseTransform.do_query(self, direction, query)
         if handled and query.type == Gst.QueryType.CAPS and not self._cuda_ok():
             query.set_caps_result(without_cuda_memory(query.parse_caps_result()))

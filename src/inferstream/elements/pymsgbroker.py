@@ -17,6 +17,7 @@ the Kafka record key).
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from inferstream.elements import _props as props
 from inferstream.elements._errors import post_error, post_warning
 from inferstream.errors import ConfigError
 from inferstream.messaging.brokers import BROKERS, redact_credentials
+from inferstream.native.gstlog import gst_debug
 
 if TYPE_CHECKING:
     from inferstream.messaging.brokers.base import Endpoint
@@ -191,7 +193,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
         elif event.level == "warning":
             post_warning(self, BrokerError(event.text), text)
         else:
-            Gst.info(f"{self.get_name()}: {text}: {event.text}")
+            gst_debug(__name__, logging.INFO, f"{self.get_name()}: {text}: {event.text}")
 
     # streaming ----------------------------------------------------------------------------------------------
     def do_render(self, buf: Gst.Buffer) -> Gst.FlowReturn:
