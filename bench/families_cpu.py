@@ -58,7 +58,7 @@ def main() -> None:
     sys.path.insert(0, str(TESTS))
     import torch
 
-    from inferstream.data import cache_dir
+    from inferstream.cache import cache_dir
 
     cache = cache_dir() / "bench"
     cache.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from parity import randomise_yolo
 from pyinfer_cpu import RESULTS, pipeline_fps
 
-from inferstream.data import vtest_path
+from inferstream.samples import vtest_path
 
 
 def seg_model(root: Path) -> Path:

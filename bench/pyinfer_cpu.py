@@ -19,7 +19,7 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
-from inferstream.data import person_detector, vtest_path
+from inferstream.samples import person_detector, vtest_path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

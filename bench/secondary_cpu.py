@@ -23,7 +23,7 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
-from inferstream.data import person_detector, vtest_path
+from inferstream.samples import person_detector, vtest_path
 
 CLASSIFIER = "torchvision.models:resnet18"  # weights=None: random init, 1000 classes (speed only)
 

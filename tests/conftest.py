@@ -52,21 +52,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def vtest() -> Path:
-    from inferstream.data import vtest_path
+    from inferstream.samples import vtest_path
 
     return vtest_path()
 
 
 @pytest.fixture(scope="session")
 def person_onnx() -> Path:
-    from inferstream.data import person_detector
+    from inferstream.samples import person_detector
 
     return person_detector("onnx")
 
 
 @pytest.fixture(scope="session")
 def person_pt() -> Path:
-    from inferstream.data import person_detector
+    from inferstream.samples import person_detector
 
     return person_detector("pt")
 

@@ -14,9 +14,10 @@ PLUGINS = SRC / "gst_plugins" / "python"
 # rooms of lower layers, never a room of its own layer or above; only the rooms marked gi may import GStreamer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "detections", "rawframe"),  # the shared vocabulary: errors, Detections, RawFrame
-    ("data",),  # the cache directory and the sample data
-    ("native",),  # everything that talks to C: ctypes into GStreamer and CUDA, struct layouts, compiled loops
-    ("ops", "backends", "tracking", "vlm", "nvinfer_config", "serial"),  # pure computation, one job each
+    ("cache",),  # the cache directory
+    # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
+    ("native", "samples"),
+    ("ops", "backends", "tracking", "vlm", "nvinfer_config", "shared_worker"),  # pure computation, one job each
     ("models", "frames"),  # model families (over backends and ops); buffers -> RawFrame
     ("meta",),  # metadata writers and readers
     ("inference", "secondary"),  # a batch through a model: primary, and secondary on object crops

@@ -231,8 +231,8 @@ def main() -> int:
         return 2
     if not args.model:
         try:
-            from inferstream.data import person_detector
             from inferstream.errors import InferstreamError
+            from inferstream.samples import person_detector
 
             args.model = str(person_detector("onnx"))
         except (OSError, RuntimeError, InferstreamError) as exc:

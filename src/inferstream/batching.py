@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inferstream.errors import ConfigError
-from inferstream.serial import priority
+from inferstream.shared_worker import priority
 
 if TYPE_CHECKING:
     from collections.abc import Callable

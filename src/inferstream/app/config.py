@@ -253,10 +253,10 @@ def _expand_samples(value: Any, path: KeyPath, problems: list[Problem]) -> Any:
         if name not in _SAMPLES:
             problems.append(Problem(path, f"unknown sample {name!r}; known: {', '.join(_SAMPLES)}"))
             return value
-        from inferstream import data
+        from inferstream import samples
 
         try:
-            return str(getattr(data, _SAMPLES[name])())
+            return str(getattr(samples, _SAMPLES[name])())
         except Exception as exc:  # noqa: BLE001
             problems.append(Problem(path, f"sample {name!r} is unavailable: {exc}"))
             return value

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from inferstream.detections import Detections
     from inferstream.elements.pyinfer import PyInfer
     from inferstream.meta.gstanalytics import FrameMeta
-    from inferstream.serial import SerialWorker
+    from inferstream.shared_worker import SerialWorker
     from inferstream.tracking import Tracker, TrackResult
 
 _DEFAULT_FRAME_NS = 33_333_333  # used only when buffers carry no pts
@@ -92,7 +92,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         self._warned: set[str] = set()  # the kinds of bad input already reported (once each, per start)
 
     def do_start(self) -> bool:
-        from inferstream.serial import shared_worker
+        from inferstream.shared_worker import shared_worker
         from inferstream.tracking import make_tracker
 
         try:

