@@ -10,7 +10,7 @@ Cases (1280x720, videotestsrc smpte):
   rgba-cudaconvert   cudaupload ! cudaconvert ! RGBA CUDA memory     (bus sync handler)
   nv12-nvh264dec     nvh264enc ! h264parse ! nvh264dec ! NV12 CUDA   (pipeline.set_context)
   mismatch           nv12-cudaconvert without sharing: mapping must raise CudaContextMismatchError
-Each frame is teed: the CUDA branch is mapped with mapped_cuda_frames and converted with ops.color.to_rgb on the
+Each frame is teed: the CUDA branch is mapped with mapped_cuda_frame and converted with ops.color.to_rgb on the
 GPU; the other branch goes through cudadownload (planes compared byte for byte) and cudadownload ! videoconvert
 ! RGB (to_rgb's videoconvert parity on the GPU, reported only). Exit status 1 when the planes differ from
 cudadownload's, or to_rgb on the GPU differs from to_rgb on the CPU.
@@ -32,7 +32,7 @@ import torch
 from gi.repository import Gst, GstVideo
 
 from inferstream.frames import cuda
-from inferstream.frames.cuda import mapped_cuda_frames
+from inferstream.frames.cuda import mapped_cuda_frame
 from inferstream.frames.cuda_context import CudaContextMismatchError, share_torch_context, torch_context_handle
 from inferstream.frames.system import frame_format, mapped_frame
 from inferstream.native import cuda as native_cuda
@@ -97,7 +97,7 @@ def run_case(name: str, n: int, share: str | None) -> dict[str, object]:
             if res["frames"] == 0:
                 res["caps"] = sg.get_caps().to_string()
             t0 = time.perf_counter()
-            with mapped_cuda_frames(bg, _info(sg)) as frame:
+            with mapped_cuda_frame(bg, _info(sg)) as frame:
                 map_us.append((time.perf_counter() - t0) * 1e6)
                 if res["frames"] == 0:
                     res["plane_shapes"] = [list(p.shape) for p in frame.planes]
@@ -142,7 +142,7 @@ def _median_us(fn, reps: int = 200) -> float:  # type: ignore[no-untyped-def]
 
 
 def profile_map(sample: Gst.Sample) -> dict[str, object]:
-    """Where mapped_cuda_frames' time goes, on one held sample (median µs of 200)."""
+    """Where mapped_cuda_frame' time goes, on one held sample (median µs of 200)."""
     buf, info = sample.get_buffer(), _info(sample)
     dev = torch.device("cuda", 0)
     nat = native_cuda.gst_cuda_calls()
@@ -152,7 +152,7 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
     flags = native_cuda.GST_MAP_READ | native_cuda.GST_MAP_CUDA
 
     def enter_exit() -> None:
-        with mapped_cuda_frames(buf, info):
+        with mapped_cuda_frame(buf, info):
             pass
 
     def map_unmap() -> None:
@@ -172,7 +172,7 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
         consumer, ctx = torch.cuda.current_stream(dev).cuda_stream, torch_context_handle(dev.index)
         out["stream_wait"] = _median_us(lambda: native_cuda.stream_wait(consumer, gs, ctx))
         out["colorimetry_of"] = _median_us(lambda: cuda_colorimetry(info))
-        ff = frame_format(info)  # what mapped_cuda_frames checks the memory's layout against
+        ff = frame_format(info)  # what mapped_cuda_frame checks the memory's layout against
         out["memory_layout"] = _median_us(lambda: cuda._memory_layout(GstCudaMemoryC.from_address(mem), ff))
     finally:
         nat.gst.gst_memory_unmap(mem, ctypes.byref(mi))

@@ -188,7 +188,7 @@ class Detector:
 
         On CUDA the batch runs on the Detector's own non-blocking stream: work on the legacy default stream would
         wait for, and hold up, every blocking stream in the context (GStreamer's decoders included). That stream
-        first waits for the default stream, where ``frames.cuda.mapped_cuda_frames`` (on the mapping thread)
+        first waits for the default stream, where ``frames.cuda.mapped_cuda_frame`` (on the mapping thread)
         ordered the frames after GStreamer's writes; the copy to the host at the end then means no kernel still
         reads the frames when their mappings end.
         """

@@ -144,7 +144,7 @@ def _gst_cuda_pipeline(fmt: str):  # type: ignore[no-untyped-def]
 
 @needs_gpu
 @pytest.mark.parametrize("fmt", ["NV12", "RGBA"])
-def test_mapped_cuda_frames_match_cudadownload(fmt: str) -> None:
+def test_mapped_cuda_frame_match_cudadownload(fmt: str) -> None:
     Gst, pipeline = _gst_cuda_pipeline(fmt)
     from gi.repository import GstVideo
 
@@ -156,7 +156,7 @@ def test_mapped_cuda_frames_match_cudadownload(fmt: str) -> None:
         sg = pipeline.get_by_name("gpu").emit("try-pull-sample", 10 * Gst.SECOND)
         sc = pipeline.get_by_name("cpu").emit("try-pull-sample", 10 * Gst.SECOND)
         assert sg is not None and sc is not None
-        with cuda.mapped_cuda_frames(sg.get_buffer(), GstVideo.VideoInfo.new_from_caps(sg.get_caps())) as frame:
+        with cuda.mapped_cuda_frame(sg.get_buffer(), GstVideo.VideoInfo.new_from_caps(sg.get_caps())) as frame:
             gpu_planes = [p.cpu() for p in frame.planes]
             assert all(p.is_cuda for p in frame.planes)
         with mapped_frame(sc.get_buffer(), GstVideo.VideoInfo.new_from_caps(sc.get_caps())) as ref:
@@ -167,7 +167,7 @@ def test_mapped_cuda_frames_match_cudadownload(fmt: str) -> None:
 
 
 @needs_gpu
-def test_mapped_cuda_frames_rejects_gstreamer_own_context() -> None:
+def test_mapped_cuda_frame_rejects_gstreamer_own_context() -> None:
     Gst, pipeline = _gst_cuda_pipeline("NV12")
     from gi.repository import GstVideo
 
@@ -176,7 +176,7 @@ def test_mapped_cuda_frames_rejects_gstreamer_own_context() -> None:
         sg = pipeline.get_by_name("gpu").emit("try-pull-sample", 10 * Gst.SECOND)
         info = GstVideo.VideoInfo.new_from_caps(sg.get_caps())
         with pytest.raises(CudaContextMismatchError, match="not torch's primary context"), \
-                cuda.mapped_cuda_frames(sg.get_buffer(), info):
+                cuda.mapped_cuda_frame(sg.get_buffer(), info):
             pass
     finally:
         pipeline.set_state(Gst.State.NULL)

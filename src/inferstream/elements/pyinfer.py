@@ -5,7 +5,7 @@ inferstream.batching; metadata writing in inferstream.meta.gstanalytics.
 
 CUDA memory: with ``device=cuda`` the pads also offer ``video/x-raw(memory:CUDAMemory)`` (listed first, so
 ``nvh264dec ! pyinfer device=cuda`` negotiates it) and the frames are mapped in place on the GPU
-(``frames.cuda.mapped_cuda_frames``): no pixel crosses to the host. The element answers ``gst.cuda.context``
+(``frames.cuda.mapped_cuda_frame``): no pixel crosses to the host. The element answers ``gst.cuda.context``
 queries with torch's primary context, so upstream CUDA elements allocate memory torch can read. Where that path
 is unavailable (another device, no GPU for torch, no GStreamer CUDA library) the CUDA caps are withdrawn from caps
 queries and negotiation falls back to system memory (one INFO line says why).
@@ -517,9 +517,9 @@ class _InferJob:
     def frame(self) -> AbstractContextManager[RawFrame]:
         el = self.element
         if el._cuda_memory:
-            from inferstream.frames.cuda import mapped_cuda_frames
+            from inferstream.frames.cuda import mapped_cuda_frame
 
-            return mapped_cuda_frames(self.buf, el._frame_format, device=el._cuda_index)
+            return mapped_cuda_frame(self.buf, el._frame_format, device=el._cuda_index)
         from inferstream.frames.system import mapped_frame
 
         return mapped_frame(self.buf, el._frame_format)

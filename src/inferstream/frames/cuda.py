@@ -1,6 +1,6 @@
 """CUDA-memory video buffers (``video/x-raw(memory:CUDAMemory)``) as zero-copy torch CUDA tensors.
 
-``mapped_cuda_frames(buf, info)`` maps the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
+``mapped_cuda_frame(buf, info)`` maps the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
 (through ctypes: gst-python's ``Buffer.map`` drops the CUDA flag) and hands out a ``RawFrame`` whose planes are
 ``torch.uint8`` CUDA tensors viewing the device memory with its pitch (no copy), built from
 ``__cuda_array_interface__`` dicts. Strides and offsets come from the memory's own ``GstVideoInfo``. Context
@@ -134,7 +134,7 @@ def cuda_array_interface(ptr: int, layout: PlaneLayout, *, readonly: bool = Fals
 
     Returns:
         ``{"shape", "typestr": "|u1", "data": (address, readonly), "strides", "version": 3, "stream": None}``;
-        ``stream`` is ``None`` because ``mapped_cuda_frames`` orders the streams itself.
+        ``stream`` is ``None`` because ``mapped_cuda_frame`` orders the streams itself.
 
     Raises:
         ValueError: a null pointer.
@@ -214,7 +214,7 @@ def _gst_stream_handle(mem: int) -> int:
 
 
 @contextmanager
-def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, *,
+def mapped_cuda_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, *,
                        device: int | None = None) -> Iterator[RawFrame]:
     """Zero-copy ``RawFrame`` of a CUDA-memory buffer; valid only inside the with-block (R10).
 

@@ -5,7 +5,7 @@ context cannot be read by torch's kernels, so the pipeline must use torch's prim
 ``share_torch_context(pipeline | bus | element)``, or the building blocks ``torch_gst_context``,
 ``answer_need_context`` (bus sync handler), ``answer_context_query`` / ``check_gst_context`` (an element's query /
 ``do_set_context`` path). A frame from another context raises ``CudaContextMismatchError`` (in
-``frames.cuda.mapped_cuda_frames``).
+``frames.cuda.mapped_cuda_frame``).
 
 Nothing here imports torch or gi at module import.
 """

@@ -1,6 +1,6 @@
 """CUDA C kernels compiled at run time with NVRTC and launched through the driver API, both through ctypes.
 
-For the few kernels where a chain of torch ops costs many full-resolution passes (``fused_letterbox``). NVRTC ships
+For the few kernels where a chain of torch ops costs many full-resolution passes (``letterbox_kernel``). NVRTC ships
 with every CUDA build of torch (its pip wheels depend on it, a CUDA toolkit has it too), so this adds no
 dependency and needs no compiler on the machine: the source is compiled once per device, for that device's
 architecture, on first use.
