@@ -121,3 +121,12 @@ def test_deepstream_modules_import_nothing_heavy() -> None:
             " inferstream.backends.tensorrt_dims, sys;"
             " print([m for m in ('gi', 'torch', 'pyservicemaker', 'tensorrt') if m in sys.modules])")
     assert _run(code) == "[]"
+
+
+def test_importing_changes_no_process_state() -> None:
+    """No Gst.init at import (the app calls it on first use) and no process-wide warnings filter."""
+    code = ("import numpy, warnings; before = list(warnings.filters);"  # numpy adds its own filters
+            " import inferstream.app.runner, inferstream.app.gstprops, inferstream.app.checks, inferstream.frames.system;"
+            " from gi.repository import Gst;"
+            " print(Gst.is_initialized(), warnings.filters == before)")
+    assert _run(code) == "False True"

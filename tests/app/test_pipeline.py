@@ -15,6 +15,8 @@ from inferstream.app.cli import main
 from inferstream.app.config import load_config
 from inferstream.app.pipeline import build_plan
 
+Gst.init(None)
+
 CONFIG = {
     "sources": [{"id": "cam1", "file": "/videos/my clip.mp4", "max-frames": 5},
                 {"id": "bars", "test": "smpte", "num-buffers": 7, "width": 320, "height": 240},

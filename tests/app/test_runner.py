@@ -27,6 +27,8 @@ from inferstream.app.console import QuietConsole
 from inferstream.app.pipeline import build_plan
 from inferstream.app.runner import Runner
 
+Gst.init(None)
+
 
 def test_run_four_streams_counts_match_frames_in(clips: list[Path]) -> None:
     cfg = {"sources": [{"id": f"cam{i}", "file": str(p)} for i, p in enumerate(clips)],

@@ -16,11 +16,15 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import GObject, Gst
 
-if not Gst.is_initialized():
-    Gst.init(None)
-
 _SKIP: Final = frozenset({"name", "parent"})
 _INT_TYPES: Final = ("gint", "guint", "gint64", "guint64", "glong", "gulong", "gchar", "guchar")
+
+
+def ensure_gst() -> None:
+    """``Gst.init`` on first use, not at import: importing the app (``inferstream --help``, its tests) starts no
+    GStreamer."""
+    if not Gst.is_initialized():
+        Gst.init(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +90,14 @@ def _spec(pspec: GObject.ParamSpec) -> PropSpec:
 
 
 def element_available(factory_name: str) -> bool:
+    ensure_gst()
     return Gst.ElementFactory.find(factory_name) is not None
 
 
 @functools.cache
 def element_properties(factory_name: str) -> dict[str, PropSpec] | None:
     """Writable properties of ``factory_name`` by name; None when the element is not registered."""
+    ensure_gst()
     if Gst.ElementFactory.find(factory_name) is None:
         return None
     element = Gst.ElementFactory.make(factory_name, None)
@@ -201,17 +207,20 @@ def decoder_works(factory_name: str) -> bool:
 
 def has_src_pad(factory_name: str) -> bool:
     """True when the element can output (a filter), False for a sink or an unknown element."""
+    ensure_gst()
     factory = Gst.ElementFactory.find(factory_name)
     return factory is not None and any(t.direction == Gst.PadDirection.SRC for t in factory.get_static_pad_templates())
 
 
 def is_decoder(factory_name: str) -> bool:
+    ensure_gst()
     factory = Gst.ElementFactory.find(factory_name)
     return factory is not None and "Decoder" in (factory.get_klass() or "")
 
 
 def uri_supported(uri: str) -> str | None:
     """None when GStreamer has a source for ``uri``'s protocol, else the reason."""
+    ensure_gst()
     if not Gst.uri_is_valid(uri):
         return f"{uri!r} is not a URI (expected scheme://..., e.g. rtsp://host/path or file:///path)"
     protocol = Gst.uri_get_protocol(uri)

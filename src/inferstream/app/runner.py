@@ -22,13 +22,11 @@ from gi.repository import GLib, Gst
 
 from inferstream.app.console import Console, QuietConsole
 from inferstream.app.delivery import read_delivery
+from inferstream.app.gstprops import ensure_gst
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot
 from inferstream.app.pipeline import Plan, StreamPlan
 from inferstream.app.signals import StopSignals
 from inferstream.errors import InferstreamError
-
-if not Gst.is_initialized():
-    Gst.init(None)
 
 # (stream id, frame index within the stream, buffer leaving the last analytics element)
 FrameHook = Callable[[str, int, Gst.Buffer], None]
@@ -75,6 +73,7 @@ class _Stream:
 class Runner:
     def __init__(self, plan: Plan, console: Console | None = None, metrics_port: int | None = None,
                  eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = ()) -> None:
+        ensure_gst()
         self.plan = plan
         self.console = console or QuietConsole()
         self.metrics_port = metrics_port
