@@ -1,6 +1,6 @@
 """CUDA graphs of a torch model, one per input shape: one launch per batch instead of hundreds.
 
-Measured on an H200: 7x at batch 1 for yolo11s. ``TorchBackend.warmup`` captures the batch buckets
+``TorchBackend.warmup`` captures the batch buckets
 (``graph_buckets``); a batch of n frames replays the smallest captured bucket >= n, padded (the outputs are sliced
 back to n rows). A capture that fails is reported (``status``) and, unless strict, leaves the model eager.
 """

@@ -10,7 +10,7 @@ ultralytics heads are switched to export mode (``(B, 4+nc, A)`` for detect, ``(B
 heads, ``(output0, proto)`` for segment), and any nested tuple/list/dict of tensors is flattened in order.
 
 CUDA graphs (``graph``): on a CUDA device the forward pass can be captured once per batch shape and replayed
-(one launch instead of hundreds: 7x at batch 1 for yolo11s on an H200). ``warmup(batch_size)`` captures the
+(one launch instead of hundreds). ``warmup(batch_size)`` captures the
 buckets 1, 2, 4, ... below ``batch_size`` and ``batch_size`` itself; a batch of n frames replays the smallest
 bucket >= n, padded (the outputs are sliced back to n rows). ``auto`` captures only models whose forward is a
 fixed tensor program (TorchScript archives, ultralytics checkpoints) and falls back to eager when a capture fails
@@ -19,7 +19,7 @@ unless ``graph="cuda-graph"`` asks for capture (which then fails loudly).
 
 Memory format (``memory_format``): a module runs in the layout its device is fastest in. On an x86 CPU with
 oneDNN that is ``channels_last`` (NHWC): oneDNN's convolutions work in it, and an NCHW model pays a reorder around
-each one (YOLOv8s at 640x640 on 2 cores: 8.5 -> 13.3 frames/s; ultralytics' AutoBackend makes the same choice).
+each one (README has the figure; ultralytics' AutoBackend makes the same choice).
 The weights are converted once and each batch once, on the way in. Elsewhere (CUDA, other CPUs, plain callables)
 the model stays as loaded, NCHW.
 """

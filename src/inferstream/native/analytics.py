@@ -1,8 +1,8 @@
 """The GstAnalytics C calls ``meta.gstanalytics`` makes per object, bound through ``native.gst.pydll``.
 
 A frame with 20 detections costs ~100 of these calls to write or read. Through PyGObject each one released the
-GIL (see ``native.gst``): under 16-32 streaming threads, reading one frame's detections took 7.8 ms on the H200
-host instead of ~0.3 ms. Bound here they keep the GIL and cost well under a microsecond each.
+GIL (see ``native.gst``), and under many streaming threads each re-acquisition waited for another thread's Python
+(BENCHMARKS.md, *Figures from the code*). Bound here they keep the GIL.
 
 API used exists since GStreamer 1.24 (oriented boxes: 1.26). Mtd ids are the indices 0..length-1 of the relation
 meta (``gst_analytics_relation_meta_get_mtd`` rejects any id >= length), so a handle is built, not looked up.

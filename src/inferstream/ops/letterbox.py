@@ -327,8 +327,7 @@ def _resize(rgb: Tensor, new_h: int, new_w: int) -> Tensor:
     Reproducing that makes downscaled frames bit-identical to ``cv2.resize`` (upscaling: >99 % of pixels, the
     rest one level off, where cv2 finishes a row with its scalar kernel). On the CPU, where OpenCV is installed
     (the ultralytics extra brings it), ``cv2.resize`` itself runs, one plane at a time: identical to cv2 on the packed
-    frame, upscaling included, and ~15x faster than the emulation (35 vs 510 ms for 768x576 -> 640x480 on a loaded
-    2-core VM).
+    frame, upscaling included, and much faster than the emulation (BENCHMARKS.md, *Figures from the code*).
     """
     if rgb.shape[-2:] == (new_h, new_w):
         return rgb.float()

@@ -1,8 +1,8 @@
 """``letterbox_float``'s YUV 4:2:0 path as one CUDA kernel per group: every output pixel in one pass.
 
 The torch-op version converts the whole group at full resolution (gather, chroma upsampling, three affine
-terms, clamp, round: about six full-resolution passes and 13 kernels) and only then resizes. For 32 frames of
-1080p that is 3.3 ms on an H200, over a quarter of the model's time (the kernel: 0.55 ms). Here each
+terms, clamp, round: about six full-resolution passes and 13 kernels) and only then resizes; on a GPU that is a
+large share of the model's time (BENCHMARKS.md, *Figures from the code*). Here each
 thread computes one letterboxed pixel: it converts the four source pixels its bilinear tap reads, exactly as
 ``letterbox_float`` defines them (chroma upsampled as there, ``color.yuv_affine``, clamped to [0, 255] and rounded
 to whole levels), blends them with ``interpolate``'s half-pixel weights and writes RGB / 255 into the canvas.
