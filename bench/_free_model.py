@@ -6,6 +6,8 @@ pytracker's own host work, which is what bounds the GPU pipeline (``bench/result
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
 
@@ -15,7 +17,7 @@ BOXES, ANCHORS, CLASSES, SIZE = 20, 84, 80, 64
 class FreeDetector(nn.Module):
     """Returns the same head for every image; the input only sets the batch size."""
 
-    names = {i: f"class{i}" for i in range(CLASSES)}
+    names: ClassVar[dict[int, str]] = {i: f"class{i}" for i in range(CLASSES)}
     task = "detect"
     input_size = (SIZE, SIZE)
 

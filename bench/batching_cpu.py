@@ -18,9 +18,9 @@ from pathlib import Path
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.data import person_detector, vtest_path  # noqa: E402
+from inferstream.samples import person_detector, vtest_path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -68,10 +68,10 @@ def main() -> None:
     args = parser.parse_args()
     Gst.init(None)
     model = person_detector("pt")
-    lines = ["YOLOv8s person detector (torch, fp32, 640x640), CPU, vtest.avi streams, "
-             f"{args.frames} frames per stream", "",
-             "| streams = batch | raw model (frames/s) | pipeline total (frames/s) | ratio | mean fill | "
-             "mean wait per frame (ms) | mean batch time (ms) |", "|---|---|---|---|---|---|---|"]
+    lines = [("YOLOv8s person detector (torch, fp32, 640x640), CPU, vtest.avi streams, "
+             f"{args.frames} frames per stream"), "",
+             ("| streams = batch | raw model (frames/s) | pipeline total (frames/s) | ratio | mean fill | "
+             "mean wait per frame (ms) | mean batch time (ms) |"), "|---|---|---|---|---|---|---|"]
     for n in (int(s) for s in args.streams.split(",")):
         raw = raw_fps(model, n, max(2, 8 // n))
         fps, stats = run_streams(model, n, args.frames)

@@ -16,8 +16,8 @@ from pathlib import Path
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
-from pyinfer_cpu import RESULTS, pipeline_fps, raw_fps  # noqa: E402
+from gi.repository import Gst
+from pyinfer_cpu import RESULTS, pipeline_fps, raw_fps
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -58,7 +58,7 @@ def main() -> None:
     sys.path.insert(0, str(TESTS))
     import torch
 
-    from inferstream.data import cache_dir
+    from inferstream.cache import cache_dir
 
     cache = cache_dir() / "bench"
     cache.mkdir(parents=True, exist_ok=True)

@@ -27,10 +27,10 @@ from typing import Any
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "gpu"))
-from measure import Nvml, Sampler, run_pipeline  # noqa: E402
+from measure import Nvml, Sampler, run_pipeline
 
 FREE_MODEL = Path(__file__).resolve().parent / "_free_model.py"
 
@@ -59,7 +59,7 @@ def measure(streams: int, frames: int, tracker: bool, queue: bool = False) -> di
 @contextlib.contextmanager
 def without_priority() -> Any:
     """Batches run as before ``serial.priority`` existed (bench only; the product code is unchanged)."""
-    import inferstream.batching as batching
+    from inferstream import batching
 
     saved = batching.priority
     batching.priority = contextlib.nullcontext

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from parity import randomise_yolo
 from pyinfer_cpu import RESULTS, pipeline_fps
 
-from inferstream.data import vtest_path
+from inferstream.samples import vtest_path
 
 
 def seg_model(root: Path) -> Path:
@@ -54,12 +54,12 @@ def mask_costs(model: Path, objects: int, repeats: int) -> tuple[float, float, f
     import torch
     from parity import decode_frames
 
-    from inferstream.frames.raw import RawFrame
     from inferstream.inference import InferConfig, ModelStep
     from inferstream.meta.gstanalytics import label_quarks, read_detections, write_detections
     from inferstream.meta.instances import write_instances
     from inferstream.models.base import DecodeParams
     from inferstream.ops import masks as ops_masks
+    from inferstream.rawframe import RawFrame
 
     frame = decode_frames(f"filesrc location={vtest_path()} ! decodebin", 1)[0]
 

@@ -16,11 +16,10 @@ import gi
 import torch
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.frames.raw import RawFrame  # noqa: E402
-from inferstream.meta.gstanalytics import (  # noqa: E402
+from inferstream.detections import Detections
+from inferstream.meta.gstanalytics import (
     TrackRecord,
     label_quarks,
     producer_quark,
@@ -28,8 +27,9 @@ from inferstream.meta.gstanalytics import (  # noqa: E402
     write_detections,
     write_tracks,
 )
-from inferstream.ops.draw import draw_detections, id_color  # noqa: E402
-from inferstream.tracking import make_tracker  # noqa: E402
+from inferstream.ops.draw import draw_detections, id_color
+from inferstream.rawframe import RawFrame
+from inferstream.tracking import make_tracker
 
 RESULTS = Path(__file__).resolve().parent / "results"
 N, W, H, FRAMES = 50, 1920, 1080, 300

@@ -2,7 +2,7 @@
 
     python bench/peer_modelpipe.py [--frames 300] [--streams 1 4] [--rounds 2]
 
-Same weights (``inferstream.data.person_detector('pt')``, YOLOv8s), same frames (``--frames`` of vtest.avi in all,
+Same weights (``inferstream.samples.person_detector('pt')``, YOLOv8s), same frames (``--frames`` of vtest.avi in all,
 each of S streams reading the first ``frames / S``: every run does the same work), same thresholds (conf 0.25, IoU 0.45), same pipeline around the element:
 ``filesrc ! decodebin ! identity eos-after=N ! videoconvert ! RGB ! queue ! ELEMENT ! fakesink``, one branch per
 stream. Rows, each in its own process, alternating round by round so that load from others hits them alike:
@@ -39,7 +39,7 @@ NEVER_INSTALLED = {"torch", "torchvision"}  # the environment's own build, never
 
 def modelpipe_dir() -> Path:
     """modelpipe's own folder (installed on first use); SystemExit with the reason when it cannot be."""
-    from inferstream.data import cache_dir
+    from inferstream.cache import cache_dir
 
     target = cache_dir() / "peer" / MODELPIPE.replace("==", "-")
     if (target / "modelpipe" / "plugins" / "python" / "yolo.py").is_file():
@@ -89,7 +89,7 @@ def child_env(kind: str) -> dict[str, str]:
 
 
 def element(kind: str, index: int, streams: int) -> str:
-    from inferstream.data import person_detector
+    from inferstream.samples import person_detector
 
     if kind.startswith("pyinfer"):
         model = person_detector("pt" if kind == "pyinfer-torch" else "onnx")
@@ -107,7 +107,7 @@ def run_one(kind: str, streams: int, frames: int) -> dict[str, float]:
     import torch
     from gi.repository import Gst
 
-    from inferstream.data import vtest_path
+    from inferstream.samples import vtest_path
 
     Gst.init(None)
     branches = " ".join(

@@ -25,7 +25,7 @@ from _tracking_scene import FRAME_NS, default_bytetrack, grid_frame
 from inferstream.inference import to_host
 from inferstream.models.base import DecodeParams
 from inferstream.models.yolo import AnchorFreeDecoder
-from inferstream.serial import SerialWorker, priority
+from inferstream.shared_worker import SerialWorker, priority
 
 STREAMS, BOXES = 8, 20
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.data import person_detector, vtest_path  # noqa: E402
+from inferstream.samples import person_detector, vtest_path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

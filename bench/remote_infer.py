@@ -24,7 +24,7 @@ gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 from pyinfer_cpu import pipeline_fps
 
-from inferstream.data import person_detector
+from inferstream.samples import person_detector
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

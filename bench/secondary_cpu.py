@@ -21,9 +21,9 @@ import time
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.data import person_detector, vtest_path  # noqa: E402
+from inferstream.samples import person_detector, vtest_path
 
 CLASSIFIER = "torchvision.models:resnet18"  # weights=None: random init, 1000 classes (speed only)
 

@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import InferConfig
+from inferstream.rawframe import RawFrame
 from inferstream.secondary import ObjectClassifier, ObjectFrame
 
 

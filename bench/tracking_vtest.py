@@ -28,8 +28,8 @@ import numpy as np
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
-from inferstream.data import person_detector, vtest_path
 from inferstream.meta.gstanalytics import read_detections
+from inferstream.samples import person_detector, vtest_path
 from inferstream.tracking.geometry import iou_matrix_xyxy
 
 TRACKER = "pytracker high-threshold=0.35 new-track-threshold=0.4"

@@ -23,11 +23,10 @@ from pathlib import Path
 import gi
 
 gi.require_version("Gst", "1.0")
-gi.require_version("GstBase", "1.0")
-from gi.repository import Gst, GstBase  # noqa: F401  (GstBase: the python plugin loader needs it loaded)
+from gi.repository import Gst
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from vlm_models import TINY_TEXT, TINY_VISION, WORDS  # noqa: E402
+from vlm_models import TINY_TEXT, TINY_VISION, WORDS
 
 SHAPES = {
     "tiny": (TINY_VISION, TINY_TEXT, len(WORDS)),

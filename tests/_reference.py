@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from inferstream.frames.raw import RawFrame
+from inferstream.rawframe import RawFrame
 
 os.environ.setdefault("YOLO_OFFLINE", "1")
 os.environ.setdefault("YOLO_AUTOINSTALL", "false")

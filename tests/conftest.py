@@ -24,23 +24,49 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("run the tests from an activated environment: . .venv/bin/activate (after ./setup)")
 
 
+# What a test needs, by file (paths under tests/; a folder ends with /). `pytest -m "not pipeline and not broker"`
+# leaves the unit tests: no GStreamer pipeline, no app subprocess, no server process.
+_MARKED_FILES: dict[str, tuple[str, ...]] = {
+    # runs a GStreamer pipeline, the app (`inferstream run`) or a tool that does as a subprocess
+    "pipeline": ("elements/", "vlm/test_pyvlm.py", "vlm/test_app_vlm.py", "app/test_cli.py", "app/test_delivery.py",
+                 "app/test_demo.py", "app/test_doctor.py", "app/test_pipeline.py", "app/test_runner.py",
+                 "app/test_workers.py", "backends/test_remote.py", "tools/test_deepstream_check.py"),
+    # starts a real server: a message broker (mosquitto, redis, rabbitmq, Tansu), an inference or a VLM server
+    "broker": ("messaging/test_brokers_live.py", "messaging/test_kafka_live.py", "backends/test_remote.py",
+               "app/test_delivery.py", "elements/test_pymsgbroker.py", "vlm/test_pyvlm.py"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks each test with what it needs: ``pipeline`` / ``broker`` from the table above, ``gpu`` where it is
+    skipped without a CUDA device (its ``skipif`` reason names CUDA or a GPU)."""
+    for item in items:
+        rel = item.path.relative_to(TESTS).as_posix()
+        for mark, paths in _MARKED_FILES.items():
+            if rel.startswith(paths):
+                item.add_marker(mark)
+        reasons = (str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
+        if any("CUDA" in r or "GPU" in r for r in reasons):
+            item.add_marker("gpu")
+
+
 @pytest.fixture(scope="session")
 def vtest() -> Path:
-    from inferstream.data import vtest_path
+    from inferstream.samples import vtest_path
 
     return vtest_path()
 
 
 @pytest.fixture(scope="session")
 def person_onnx() -> Path:
-    from inferstream.data import person_detector
+    from inferstream.samples import person_detector
 
     return person_detector("onnx")
 
 
 @pytest.fixture(scope="session")
 def person_pt() -> Path:
-    from inferstream.data import person_detector
+    from inferstream.samples import person_detector
 
     return person_detector("pt")
 

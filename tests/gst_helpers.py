@@ -8,7 +8,7 @@ from typing import Any
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 Gst.init(None)
 
@@ -72,7 +72,7 @@ def run_pipeline(description: str, probes: dict[str, Callable[[Gst.Buffer], Any]
 
 
 gi.require_version("GstBase", "1.0")
-from gi.repository import GObject, GstBase  # noqa: E402
+from gi.repository import GObject, GstBase
 
 _INJECTORS: dict[str, Callable[[Gst.Buffer, int], None]] = {}
 

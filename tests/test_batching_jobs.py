@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-import inferstream.runner.tracking
-from inferstream.batching import BatchGroup, Member
+from inferstream.batching import BatchGroup, Member, release_group
 from inferstream.detections import Detections
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import InferConfig, ModelStep
+from inferstream.rawframe import RawFrame
 
 
 def _square_frame(x: int) -> RawFrame:
@@ -179,18 +178,24 @@ def _member_thread(group: BatchGroup, job: _Job, member: Member) -> threading.Th
     return thread
 
 
-def test_a_batchs_frames_are_tracked_once_by_their_members_trackers_after_every_delivery(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batchs_frames_are_tracked_once_by_their_members_trackers_after_every_delivery() -> None:
     group = _group(batch_size=4, members=0, max_latency_s=60.0)
     members = [group.join() for _ in range(4)]
     assert [m.index for m in members] == [0, 1, 2, 3]
     log: list[object] = []
 
-    def track_batch(frames: list[tuple[Any, Any]]) -> None:  # spy: what runner.tracking.track_batch is given
-        log.append((frames, [j.dets is not None for j in jobs], threading.current_thread().name))
+    class Recorder:  # a BatchTracker that records what the group hands it
+        def __init__(self, name: str) -> None:
+            self.name = name
 
-    monkeypatch.setattr(inferstream.runner.tracking, "track_batch", track_batch)
-    members[0].tracker, members[2].tracker = "tracker0", "tracker2"  # type: ignore[assignment]
+        def track_together(self, frames: list[tuple[Any, Any]]) -> None:
+            log.append(([(t.name, buf) for t, buf in frames], [j.dets is not None for j in jobs],
+                        threading.current_thread().name))
+
+        def leave(self) -> None:
+            log.append(f"{self.name} left")
+
+    members[0].tracker, members[2].tracker = Recorder("tracker0"), Recorder("tracker2")
     jobs = [_Job(_square_frame(10 + 40 * i)) for i in range(4)]
     threads = [_member_thread(group, job, member) for job, member in zip(jobs, members)]
     for t in threads:
@@ -200,6 +205,8 @@ def test_a_batchs_frames_are_tracked_once_by_their_members_trackers_after_every_
     assert sorted(frames, key=str) == [("tracker0", jobs[0].buf), ("tracker2", jobs[2].buf)]  # ... its tracked frames
     assert all(delivered)  # after every frame's detections were written
     assert thread == jobs[0].delivered_thread  # on the batch's thread
+    release_group(members[2])
+    assert log[-1] == "tracker2 left"  # leaving the group ends the registration
 
 
 def test_infer_batch_runs_a_muxed_batch_at_once_and_counts_it(group: BatchGroup) -> None:

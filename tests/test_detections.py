@@ -1,5 +1,5 @@
 """detections.Detections: merge and split are inverses, and split keeps every field (the batch's detections are
-split per frame after their single copy to the host)."""
+split per frame after their single copy to the host); the validators refuse each malformed field by name."""
 from __future__ import annotations
 
 import pytest
@@ -47,3 +47,49 @@ def test_masks_and_keypoints_follow_their_rows() -> None:
         Detections(boxes_xyxy=d.boxes_xyxy, scores=d.scores, labels=d.labels, masks=masks[:2])
     with pytest.raises(ValueError, match="keypoints"):
         Detections(boxes_xyxy=d.boxes_xyxy, scores=d.scores, labels=d.labels, keypoints=kpts[:, :, :2])
+
+
+def _fields(n: int = 2, **change: object) -> dict[str, object]:
+    good: dict[str, object] = {"boxes_xyxy": torch.zeros((n, 4)), "scores": torch.zeros(n),
+                               "labels": torch.zeros(n, dtype=torch.int64)}
+    return {**good, **change}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({}, None),
+    ({"angles_rad": torch.zeros(2), "track_ids": torch.full((2,), -1), "keypoints": torch.zeros((2, 17, 3)),
+      "masks": (torch.zeros((3, 4), dtype=torch.uint8), torch.zeros((1, 1), dtype=torch.uint8))}, None),
+    ({"boxes_xyxy": torch.zeros((2, 4), dtype=torch.float64)}, r"boxes_xyxy: expected torch.float32 \(2, 4\), got"),
+    ({"boxes_xyxy": torch.zeros((2, 5))}, r"boxes_xyxy: expected torch.float32 \(2, 4\), got torch.float32 \(2, 5\)"),
+    ({"boxes_xyxy": torch.zeros(8)}, r"boxes_xyxy: expected torch.float32 \(-1, 4\), got torch.float32 \(8,\)"),
+    ({"scores": torch.zeros(3)}, r"scores: expected torch.float32 \(2,\), got torch.float32 \(3,\)"),
+    ({"labels": torch.zeros(2, dtype=torch.int32)}, r"labels: expected torch.int64 \(2,\), got torch.int32 \(2,\)"),
+    ({"angles_rad": torch.zeros((2, 1))}, r"angles_rad: expected torch.float32 \(2,\), got torch.float32 \(2, 1\)"),
+    ({"track_ids": torch.zeros(2)}, r"track_ids: expected torch.int64 \(2,\), got torch.float32 \(2,\)"),
+    ({"keypoints": torch.zeros((2, 17, 2))}, r"keypoints: expected torch.float32 \(2, None, 3\), got"),
+    ({"keypoints": torch.zeros((1, 17, 3))}, r"keypoints: expected torch.float32 \(2, None, 3\), got"),
+    ({"masks": [torch.zeros((1, 1), dtype=torch.uint8)] * 2}, r"masks: expected a tuple of 2 crops, got list"),
+    ({"masks": (torch.zeros((1, 1), dtype=torch.uint8), torch.zeros((1, 1)))},
+     r"masks\[1\]: expected torch.uint8 \(None, None\), got torch.float32 \(1, 1\)"),
+    ({"masks": (torch.zeros((1, 1, 1), dtype=torch.uint8),) * 2}, r"masks\[0\]: expected torch.uint8 \(None, None\)"),
+    ({"scores": torch.zeros(2, device="meta")}, r"all fields must share one device, got \['cpu', 'meta'\]"),
+])
+def test_validators_name_the_field_and_both_shapes(change: dict[str, object], message: str | None) -> None:
+    """Every field is checked for dtype and shape against N (the boxes' rows); the error names what was expected
+    and what came, as supervision's validators do."""
+    if message is None:
+        assert len(Detections(**_fields(**change))) == 2
+    else:
+        with pytest.raises(ValueError, match=message):
+            Detections(**_fields(**change))
+
+
+def test_empty_detections_validate_and_with_track_ids_checks_its_input() -> None:
+    assert len(Detections(**_fields(0))) == 0
+    assert Detections.empty(oriented=True).angles_rad is not None
+    d = Detections(**_fields(2))
+    assert d.with_track_ids(torch.tensor([4, -1])).track_ids.tolist() == [4, -1]
+    with pytest.raises(ValueError, match=r"track_ids: expected torch.int64 \(2,\), got torch.int64 \(3,\)"):
+        d.with_track_ids(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="track_ids on meta, detections on cpu"):
+        d.with_track_ids(torch.zeros(2, dtype=torch.int64, device="meta"))

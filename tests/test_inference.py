@@ -13,8 +13,8 @@ import torch
 from parity import assert_same_boxes, decode_frames
 
 from inferstream.errors import ConfigError
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import InferConfig, ModelStep
+from inferstream.rawframe import RawFrame
 
 ultralytics = pytest.importorskip("ultralytics", reason="the reference predict needs the ultralytics extra")
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from inferstream.errors import ConfigError, UnsupportedModelError
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import InferConfig, ModelStep, load_model_step
 from inferstream.models.base import DecodeParams, PreprocessOverride
+from inferstream.rawframe import RawFrame
 
 BLOBS = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", labels=("red", "green", "blue"),
                     precision="fp32", input_size=(320, 320))

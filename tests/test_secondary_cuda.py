@@ -8,9 +8,9 @@ import pytest
 import torch
 from classifier_models import LABELS
 
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import InferConfig
 from inferstream.ops.crop import crop_resize
+from inferstream.rawframe import RawFrame
 from inferstream.secondary import ObjectClassifier, ObjectFrame
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

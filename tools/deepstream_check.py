@@ -231,8 +231,8 @@ def main() -> int:
         return 2
     if not args.model:
         try:
-            from inferstream.data import person_detector
             from inferstream.errors import InferstreamError
+            from inferstream.samples import person_detector
 
             args.model = str(person_detector("onnx"))
         except (OSError, RuntimeError, InferstreamError) as exc:
@@ -240,7 +240,7 @@ def main() -> int:
             return 2
     try:
         verdict, problems = run(args)
-    except Exception as exc:  # noqa: BLE001  # report, do not trace back: the text goes into an issue
+    except Exception as exc:  # noqa: BLE001 (report, do not trace back: the text goes into an issue)
         verdict, problems = f"FAIL: {type(exc).__name__}: {exc}", []
     print(f"deepstream-check: {verdict}")
     print("\n--- paste into an issue (github: inferstream, title 'deepstream-check: ...') ---")

@@ -39,10 +39,10 @@ from typing import Any
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import Nvml, Sampler, run_pipeline  # noqa: E402
+from measure import Nvml, Sampler, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / ".gpu-carry" / "models" / "yolo11s-random.torchscript"

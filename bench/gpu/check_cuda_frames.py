@@ -10,7 +10,7 @@ Cases (1280x720, videotestsrc smpte):
   rgba-cudaconvert   cudaupload ! cudaconvert ! RGBA CUDA memory     (bus sync handler)
   nv12-nvh264dec     nvh264enc ! h264parse ! nvh264dec ! NV12 CUDA   (pipeline.set_context)
   mismatch           nv12-cudaconvert without sharing: mapping must raise CudaContextMismatchError
-Each frame is teed: the CUDA branch is mapped with mapped_cuda_frames and converted with ops.color.to_rgb on the
+Each frame is teed: the CUDA branch is mapped with mapped_cuda_frame and converted with ops.color.to_rgb on the
 GPU; the other branch goes through cudadownload (planes compared byte for byte) and cudadownload ! videoconvert
 ! RGB (to_rgb's videoconvert parity on the GPU, reported only). Exit status 1 when the planes differ from
 cudadownload's, or to_rgb on the GPU differs from to_rgb on the CPU.
@@ -32,9 +32,11 @@ import torch
 from gi.repository import Gst, GstVideo
 
 from inferstream.frames import cuda
-from inferstream.frames.cuda import mapped_cuda_frames
+from inferstream.frames.cuda import mapped_cuda_frame
 from inferstream.frames.cuda_context import CudaContextMismatchError, share_torch_context, torch_context_handle
 from inferstream.frames.system import frame_format, mapped_frame
+from inferstream.native import cuda as native_cuda
+from inferstream.native.structs import GstCudaMemoryC, GstMapInfoC
 from inferstream.ops.color import to_rgb
 
 W, H = 1280, 720
@@ -95,7 +97,7 @@ def run_case(name: str, n: int, share: str | None) -> dict[str, object]:
             if res["frames"] == 0:
                 res["caps"] = sg.get_caps().to_string()
             t0 = time.perf_counter()
-            with mapped_cuda_frames(bg, _info(sg)) as frame:
+            with mapped_cuda_frame(bg, _info(sg)) as frame:
                 map_us.append((time.perf_counter() - t0) * 1e6)
                 if res["frames"] == 0:
                     res["plane_shapes"] = [list(p.shape) for p in frame.planes]
@@ -140,17 +142,17 @@ def _median_us(fn, reps: int = 200) -> float:  # type: ignore[no-untyped-def]
 
 
 def profile_map(sample: Gst.Sample) -> dict[str, object]:
-    """Where mapped_cuda_frames' time goes, on one held sample (median µs of 200)."""
+    """Where mapped_cuda_frame' time goes, on one held sample (median µs of 200)."""
     buf, info = sample.get_buffer(), _info(sample)
     dev = torch.device("cuda", 0)
-    nat = cuda._native()
+    nat = native_cuda.gst_cuda_calls()
     mem = cuda._cuda_memory(buf)
     stream = nat.cuda_gst.gst_cuda_stream_get_handle(nat.cuda_gst.gst_cuda_memory_get_stream(mem))
-    mi = cuda.GstMapInfoC()
-    flags = cuda.GST_MAP_READ | cuda.GST_MAP_CUDA
+    mi = GstMapInfoC()
+    flags = native_cuda.GST_MAP_READ | native_cuda.GST_MAP_CUDA
 
     def enter_exit() -> None:
-        with mapped_cuda_frames(buf, info):
+        with mapped_cuda_frame(buf, info):
             pass
 
     def map_unmap() -> None:
@@ -168,10 +170,10 @@ def profile_map(sample: Gst.Sample) -> dict[str, object]:
         out["gst_stream_handle"] = _median_us(lambda: cuda._gst_stream_handle(mem))
         gs = cuda._gst_stream_handle(mem)
         consumer, ctx = torch.cuda.current_stream(dev).cuda_stream, torch_context_handle(dev.index)
-        out["stream_wait"] = _median_us(lambda: cuda.stream_wait(consumer, gs, ctx))
+        out["stream_wait"] = _median_us(lambda: native_cuda.stream_wait(consumer, gs, ctx))
         out["colorimetry_of"] = _median_us(lambda: cuda_colorimetry(info))
-        ff = frame_format(info)  # what mapped_cuda_frames checks the memory's layout against
-        out["memory_layout"] = _median_us(lambda: cuda._memory_layout(cuda.GstCudaMemoryC.from_address(mem), ff))
+        ff = frame_format(info)  # what mapped_cuda_frame checks the memory's layout against
+        out["memory_layout"] = _median_us(lambda: cuda._memory_layout(GstCudaMemoryC.from_address(mem), ff))
     finally:
         nat.gst.gst_memory_unmap(mem, ctypes.byref(mi))
     return out
@@ -204,7 +206,7 @@ def main() -> int:
         t = time.perf_counter()
         try:
             r = run_case(name, args.frames, share)
-        except Exception as exc:  # noqa: BLE001 — report every case, then fail
+        except Exception as exc:  # noqa: BLE001
             r = {"case": name, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
         r["wall_s"] = round(time.perf_counter() - t, 2)
         results.append(r)

@@ -28,7 +28,7 @@ CARRY = ROOT / ".gpu-carry"
 def trace_person_detector(out: Path) -> None:
     from ultralytics import YOLO
 
-    from inferstream.data import person_detector
+    from inferstream.samples import person_detector
 
     model = YOLO(str(person_detector("pt"))).model.float().fuse(verbose=False).eval()
     for m in model.modules():
@@ -48,7 +48,7 @@ def trace_person_detector(out: Path) -> None:
 
 
 def encode_vtest(out: Path, frames: int) -> None:
-    from inferstream.data import vtest_path
+    from inferstream.samples import vtest_path
 
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["gst-launch-1.0", "-q", "filesrc", f"location={vtest_path()}", "!", "decodebin", "!",

@@ -124,10 +124,10 @@ def smpte_frames(n: int, size: tuple[int, int] = (1080, 1920)) -> list[torch.Ten
 
 def counts(model: torch.nn.Module, frames: list[torch.Tensor], conf: float) -> tuple[float, float]:
     """Mean candidates (> conf) and mean detections after NMS per frame, through inferstream's own path."""
-    from inferstream.frames.raw import RawFrame
     from inferstream.models.base import DecodeParams
     from inferstream.models.yolo import AnchorFreeDecoder
     from inferstream.ops.letterbox import preprocess_batch
+    from inferstream.rawframe import RawFrame
 
     raw = [RawFrame("RGB", f.shape[1], f.shape[0], (f,)) for f in frames]
     x, _ = preprocess_batch(raw, (640, 640), "cpu", torch.float32)
@@ -147,8 +147,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
 
-    from inferstream.frames.raw import RawFrame
     from inferstream.ops.letterbox import preprocess_batch
+    from inferstream.rawframe import RawFrame
 
     model = build(args.seed)
     frames = smpte_frames(4)

@@ -9,12 +9,13 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from itertools import pairwise
+from typing import Any, Self
 
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 
 class Nvml:
@@ -59,7 +60,7 @@ class Sampler:
         self._threads = [threading.Thread(target=self._nvml_loop, daemon=True),
                          threading.Thread(target=self._gil_loop, daemon=True)]
 
-    def __enter__(self) -> Sampler:
+    def __enter__(self) -> Self:
         for t in self._threads:
             t.start()
         return self
@@ -96,7 +97,7 @@ class Sampler:
 def steady_rate(samples: list[tuple[float, int]], total: int) -> tuple[float, float, float]:
     """Frames/s between the moments 10 % and 90 % of ``total`` frames were done (interpolated), and those moments."""
     def when(target: float) -> float:
-        for (t0, f0), (t1, f1) in zip(samples, samples[1:]):
+        for (t0, f0), (t1, f1) in pairwise(samples):
             if f1 >= target > f0 or (f1 >= target and f0 >= target):
                 return t0 + (t1 - t0) * (target - f0) / max(f1 - f0, 1)
         return samples[-1][0]

@@ -17,8 +17,8 @@ from unittest import mock
 
 import torch
 
-from inferstream.frames.raw import RawFrame
 from inferstream.ops.letterbox import preprocess_batch
+from inferstream.rawframe import RawFrame
 
 
 def _frames(n: int, h: int, w: int, pitch: int) -> list[RawFrame]:
@@ -70,7 +70,7 @@ def main() -> None:
         return preprocess_batch(frames, (640, 640), "cuda", torch.float16, exact=False)
 
     def torch_ops() -> object:
-        with mock.patch("inferstream.ops.fast_letterbox.letterbox_yuv420_into", return_value=False):
+        with mock.patch("inferstream.ops.letterbox_float.letterbox_yuv420_into", return_value=False):
             return fused()
 
     a, b = fused()[0], torch_ops()[0]

@@ -54,11 +54,11 @@ def _tracker_text(tracker: bool | str) -> str:
 def markdown(results: dict[str, Any]) -> str:
     ph = results["phases"]
     env, ceil, pipes = ph.get("env", {}), ph.get("ceiling", {}), ph.get("pipelines", {})
-    lines = [f"Run {results['started']}: {env.get('gpu', env.get('torch_device', 'CPU dry run'))}, driver "
+    lines = [(f"Run {results['started']}: {env.get('gpu', env.get('torch_device', 'CPU dry run'))}, driver "
              f"{env.get('driver', '-')}, GStreamer {env.get('gstreamer', '?')}, torch {env.get('torch', '?')} "
-             f"(CUDA {env.get('cuda_runtime', '-')}), Python {env.get('python', '?')}", ""]
-    lines += ["| streams | batch | memory into pyinfer | pytracker | frames/s | ceiling at batch (img/s) | ratio | "
-              "GPU util | NVDEC util | host CPU (cores) | GIL wait p90 (ms) | mean fill |",
+             f"(CUDA {env.get('cuda_runtime', '-')}), Python {env.get('python', '?')}"), ""]
+    lines += [("| streams | batch | memory into pyinfer | pytracker | frames/s | ceiling at batch (img/s) | ratio | "
+              "GPU util | NVDEC util | host CPU (cores) | GIL wait p90 (ms) | mean fill |"),
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, r in pipes.items():
         if "streams" not in r:
@@ -104,9 +104,9 @@ def markdown(results: dict[str, Any]) -> str:
             f"{k}: {v.get('bytes_per_frame')} in {v.get('copies_per_frame')} copies" for k, v in byt.items()
             if isinstance(v, dict)))
     if (dp := ph.get("detector_profile")) and isinstance(dp, dict) and dp.get("stages"):
-        lines += ["", f"Detector.infer alone at batch {dp.get('batch')}: {dp.get('img_s')} img/s "
+        lines += ["", (f"Detector.infer alone at batch {dp.get('batch')}: {dp.get('img_s')} img/s "
                   f"({dp.get('timed_img_s')} with the stage timers' device syncs), {dp.get('dets_per_frame')} "
-                  "detections/frame", "", "| Detector stage (device-synchronised) | calls | ms/call |",
+                  "detections/frame"), "", "| Detector stage (device-synchronised) | calls | ms/call |",
                   "|---|---|---|"]
         lines += [f"| {k} | {v['calls']} | {v['ms_per_call']} |" for k, v in dp["stages"].items()]
     if (prof := ph.get("profile")) and isinstance(prof, dict):

@@ -28,7 +28,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,
   > "$OUT/nvidia-smi.txt" 2>&1
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout "${TEST_TIMEOUT:-150}" python -m pytest -q -p no:cacheprovider -rs tests/elements/test_pyinfer_cuda.py \
-    tests/frames/test_cuda_pure.py tests/ops/test_fused_letterbox.py tests/ops/test_nvrtc.py > "$OUT/pytest.log" 2>&1
+    tests/frames/test_cuda_pure.py tests/ops/test_letterbox_kernel.py tests/native > "$OUT/pytest.log" 2>&1
   echo "run.sh: pytest rc=$? at $((SECONDS - T0)) s"
 fi
 timeout "${BENCH_TIMEOUT:-330}" python bench/gpu/run_bench.py --out "$OUT" "$@" > "$OUT/bench.log" 2>&1

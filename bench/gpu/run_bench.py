@@ -39,11 +39,11 @@ import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from correctness import check_correctness  # noqa: E402  (siblings: this folder is the script's sys.path[0])
-from gi.repository import Gst  # noqa: E402
-from measure import Nvml, Sampler, run_pipeline  # noqa: E402
-from report import markdown  # noqa: E402
-from stages import StageTimers, sync_device  # noqa: E402
+from correctness import check_correctness
+from gi.repository import Gst
+from measure import Nvml, Sampler, run_pipeline
+from report import markdown
+from stages import StageTimers, sync_device
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
@@ -88,7 +88,7 @@ class Bench:
         print(f"[{self.elapsed():6.1f} s] {name} ...", flush=True)
         try:
             self.results["phases"][name] = fn()
-        except Exception as exc:  # noqa: BLE001 (record and go on: a partial run still reports)
+        except Exception as exc:  # noqa: BLE001
             traceback.print_exc()
             self.results["phases"][name] = {"error": f"{type(exc).__name__}: {exc}"}
         self.results.setdefault("phase_s", {})[name] = round(time.perf_counter() - t, 1)
@@ -176,8 +176,8 @@ class Bench:
         """ModelStep.infer on b decoded NV12 frames already in device memory: the pipeline minus GStreamer."""
         import torch
 
-        from inferstream.frames.raw import RawFrame
         from inferstream.inference import InferConfig, ModelStep
+        from inferstream.rawframe import RawFrame
 
         decoded = self._decoded(min(b, 8))
         dev = torch.device(self.device)

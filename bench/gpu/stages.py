@@ -83,7 +83,7 @@ class StageTimers:
             (inference, "to_host", lambda f: self.timed("leader: detections to host", f, s)),
             (inference.ModelStep, "infer", lambda f: self.timed("leader: Detector.infer total", f, s)),
             (BatchGroup, "infer", lambda f: self.timed("thread: BatchGroup.infer (wait + share of batch)", f)),
-            (fcuda, "mapped_cuda_frames", self.timed_map),
+            (fcuda, "mapped_cuda_frame", self.timed_map),
             (fsystem, "mapped_frame", self.timed_map),
             (meta, "write_detections", lambda f: self.timed("thread: write_detections", f)),
             (meta, "read_detections", lambda f: self.timed("thread: read_detections (tracker)", f)),

@@ -23,16 +23,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inferstream.errors import ConfigError
-from inferstream.serial import priority
+from inferstream.shared_worker import priority
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
     from inferstream.inference import InferConfig, ModelStep
     from inferstream.models.base import DecodeParams
-    from inferstream.runner.tracking import TrackStage
+    from inferstream.rawframe import RawFrame
 
 
 class FrameJob(Protocol):
@@ -45,6 +44,19 @@ class FrameJob(Protocol):
 
     def deliver(self, dets: Detections, model: ModelStep) -> None:
         """Take the frame's detections (the frame is still mapped), e.g. write them as metadata."""
+
+
+class BatchTracker(Protocol):
+    """A stream's tracker registered with its batch group (``runner.tracking.TrackStage``)."""
+
+    def track_together(self, frames: list[tuple[Any, Any]]) -> None:
+        """Track ``(tracker, buffer)`` pairs of one batch, on the batch's thread, in one update."""
+
+    def track_seated(self, buf: Any) -> None:
+        """Track a frame of this stream that was in no batch (skipped by ``interval``, secondary, NVMM)."""
+
+    def leave(self) -> None:
+        """The stream left the group: track its own frames again."""
 
 
 @dataclass(eq=False)
@@ -60,7 +72,7 @@ class Member:
 
     group: BatchGroup
     index: int
-    tracker: TrackStage | None = None
+    tracker: BatchTracker | None = None
 
 
 class _Signal:
@@ -294,9 +306,7 @@ class BatchGroup:
             if tracker is not None:
                 tracked.append((tracker, s.job.buf))
         if tracked:
-            from inferstream.runner.tracking import track_batch
-
-            track_batch(tracked)
+            tracked[0][0].track_together(tracked)
 
     def infer_batch(self, frames: list[RawFrame], params: DecodeParams) -> tuple[list[Detections], tuple[str, ...]]:
         """Infer frames that already form a batch (a DeepStream nvstreammux buffer) and return them with the
@@ -353,9 +363,7 @@ def acquire_group(name: str, cfg: InferConfig, batch_size: int, max_latency_s: f
 def release_group(member: Member) -> None:
     """Leave the group (its tracker no longer tracks in its batches); the last member closes it."""
     if member.tracker is not None:
-        from inferstream.runner.tracking import unseat
-
-        unseat(member.tracker)
+        member.tracker.leave()
     group = member.group
     with _GROUPS_LOCK:
         if group.release() == 0:

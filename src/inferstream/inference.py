@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
     from inferstream.backends.base import Backend
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
     from inferstream.models.base import Decoder, Family, MaskedDecoder
+    from inferstream.rawframe import RawFrame
 
 DEFAULT_INPUT_SIZE = (640, 640)
 # preprocess mode -> preprocess_batch(exact=..., resize_first=...)
@@ -156,7 +156,7 @@ class ModelStep:
 
         On CUDA the batch runs on the ModelStep's own non-blocking stream: work on the legacy default stream would
         wait for, and hold up, every blocking stream in the context (GStreamer's decoders included). That stream
-        first waits for the default stream, where ``frames.cuda.mapped_cuda_frames`` (on the mapping thread)
+        first waits for the default stream, where ``frames.cuda.mapped_cuda_frame`` (on the mapping thread)
         ordered the frames after GStreamer's writes; the copy to the host at the end then means no kernel still
         reads the frames when their mappings end.
         """

@@ -84,7 +84,7 @@ def _ini_sections(text: str, path: Path) -> dict[str, dict[str, str]]:
 
 
 def _yaml_sections(text: str, path: Path) -> dict[str, dict[str, str]]:
-    import yaml  # type: ignore[import-untyped]  # types-PyYAML not in the venv
+    import yaml
 
     try:
         data = yaml.safe_load(text) or {}

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     import torch
 
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
     from inferstream.models.base import DecodeParams
+    from inferstream.rawframe import RawFrame
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,50 +53,50 @@ def test_load_config_accepts_a_good_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("old", "new", "expected"), [
     # our own sections (pydantic): unknown key with a suggestion, wrong type, missing key, a bad literal
-    ("osd: {}", "osd: {}\non-stream-eror: stop", "cfg.yaml:12: on-stream-eror: unknown key 'on-stream-eror'; "
-     "did you mean 'on-stream-error'?"),
+    ("osd: {}", "osd: {}\non-stream-eror: stop", ("cfg.yaml:12: on-stream-eror: unknown key 'on-stream-eror'; "
+     "did you mean 'on-stream-error'?")),
     ("    max-frames: 3", "    max-frames: three",
      "cfg.yaml:6: sources[1].max-frames: Input should be a valid integer"),
-    ("    max-frames: 3", "    max_frames: 3", "cfg.yaml:6: sources[1].max_frames: unknown key 'max_frames'; "
-     "did you mean 'max-frames'?"),
+    ("    max-frames: 3", "    max_frames: 3", ("cfg.yaml:6: sources[1].max_frames: unknown key 'max_frames'; "
+     "did you mean 'max-frames'?")),
     ("  - file: clip.mp4", "  - file: clip.mp4\n    uri: rtsp://x/y",
      "cfg.yaml:5: sources[1]: give exactly one of file, uri, v4l2, test (got file, uri)"),
     ("osd: {}", "osd: {}\non-stream-error: maybe",
      "cfg.yaml:12: on-stream-error: Input should be 'continue' or 'stop'"),
     ("    num-buffers: 5", "    num-buffers: 0", "cfg.yaml:4: sources[0].num-buffers: Input should be greater than"),
-    ("osd: {}", "osd: {}\nworkers: 0", "cfg.yaml:12: workers: expected a whole number of at least 1, or auto "
-     "(got 0)"),
+    ("osd: {}", "osd: {}\nworkers: 0", ("cfg.yaml:12: workers: expected a whole number of at least 1, or auto "
+     "(got 0)")),
     ("osd: {}", "osd: {}\nworkers: many", "cfg.yaml:12: workers: expected a whole number of at least 1, or auto"),
     ("osd: {}", "osd: {}\nworker-restarts: -1", "cfg.yaml:12: worker-restarts: Input should be greater than"),
     # element sections, checked against the real element
-    ("  confidence-threshold: 0.5", "  confidence-treshold: 0.5", "cfg.yaml:10: infer.confidence-treshold: pyinfer "
-     "has no writable property 'confidence-treshold'; did you mean 'confidence-threshold'? Valid: backend, "),
-    ("  confidence-threshold: 0.5", "  confidence-threshold: 1.5", "cfg.yaml:10: infer.confidence-threshold: "
-     "pyinfer.confidence-threshold (float 0..1): 1.5 is outside 0..1"),
-    ("  confidence-threshold: 0.5", "  batch-size: many", "cfg.yaml:10: infer.batch-size: pyinfer.batch-size "
-     "(int 1..256): expected an integer, got 'many'"),
+    ("  confidence-threshold: 0.5", "  confidence-treshold: 0.5", ("cfg.yaml:10: infer.confidence-treshold: pyinfer "
+     "has no writable property 'confidence-treshold'; did you mean 'confidence-threshold'? Valid: backend, ")),
+    ("  confidence-threshold: 0.5", "  confidence-threshold: 1.5", ("cfg.yaml:10: infer.confidence-threshold: "
+     "pyinfer.confidence-threshold (float 0..1): 1.5 is outside 0..1")),
+    ("  confidence-threshold: 0.5", "  batch-size: many", ("cfg.yaml:10: infer.batch-size: pyinfer.batch-size "
+     "(int 1..256): expected an integer, got 'many'")),
     ("osd: {}", "osd:\n  line-width: 0", "cfg.yaml:12: osd.line-width: pyosd.line-width (int 1..64): 0 is outside"),
-    ("  path: out/{id}.mp4", "  path: out/{id}.mp4\n  encoder: {speed-preset: warp}", "cfg.yaml:15: "
-     "sink.encoder.speed-preset: x264enc.speed-preset (enum: None | ultrafast"),
-    ("  model: blobs:color_blob_detector", "  model: missing/best.onnx", "cfg.yaml:8: infer.model: model file not "
-     "found: missing/best.onnx"),
+    ("  path: out/{id}.mp4", "  path: out/{id}.mp4\n  encoder: {speed-preset: warp}", ("cfg.yaml:15: "
+     "sink.encoder.speed-preset: x264enc.speed-preset (enum: None | ultrafast")),
+    ("  model: blobs:color_blob_detector", "  model: missing/best.onnx", ("cfg.yaml:8: infer.model: model file not "
+     "found: missing/best.onnx")),
     ("  model: blobs:color_blob_detector", "  labels2: x", "cfg.yaml:7: infer.model: required key is missing"),
-    ("  model: blobs:color_blob_detector", "  config-file: missing/config_infer_primary.txt", "cfg.yaml:8: "
-     "infer.config-file: config-file 'missing/config_infer_primary.txt': No such file"),
+    ("  model: blobs:color_blob_detector", "  config-file: missing/config_infer_primary.txt", ("cfg.yaml:8: "
+     "infer.config-file: config-file 'missing/config_infer_primary.txt': No such file")),
     # checks that need GStreamer: ids, patterns, decoders, sinks
-    ("  - file: clip.mp4", "  - id: cam1\n    file: clip.mp4", "cfg.yaml:5: sources[1].id: stream id 'cam1' is "
-     "already used by sources[0]"),
-    ("    test: smpte", "    test: plaid", "cfg.yaml:3: sources[0].test: unknown pattern 'plaid'; videotestsrc has: "
-     "smpte, snow"),
+    ("  - file: clip.mp4", "  - id: cam1\n    file: clip.mp4", ("cfg.yaml:5: sources[1].id: stream id 'cam1' is "
+     "already used by sources[0]")),
+    ("    test: smpte", "    test: plaid", ("cfg.yaml:3: sources[0].test: unknown pattern 'plaid'; videotestsrc has: "
+     "smpte, snow")),
     ("  path: out/{id}.mp4", "  path: out/all.mp4", "cfg.yaml:14: sink.path: 2 streams would write the same file"),
     ("  type: file", "  type: rtsp", "cfg.yaml:13: sink.type: sink type 'rtsp' is not available here"),
-    ("infer:", "decode: warp-decoder\ninfer:", "cfg.yaml:7: decode: 'warp-decoder' is neither auto nor software nor "
-     "a decoder element"),
-    ("  - file: clip.mp4", "  - uri: nosuch://x/y", "cfg.yaml:5: sources[1].uri: no GStreamer source element "
-     "handles nosuch:// URIs"),
+    ("infer:", "decode: warp-decoder\ninfer:", ("cfg.yaml:7: decode: 'warp-decoder' is neither auto nor software nor "
+     "a decoder element")),
+    ("  - file: clip.mp4", "  - uri: nosuch://x/y", ("cfg.yaml:5: sources[1].uri: no GStreamer source element "
+     "handles nosuch:// URIs")),
     ("  - file: clip.mp4", "  - file: a.mp4\n    file: b.mp4", "cfg.yaml:6: sources[1].file: duplicate key"),
-    ("osd: {}", "osd: {}\ntracker:\n  max-age: -1", "cfg.yaml:13: tracker.max-age: pytracker.max-age (float "
-     "0..3600): -1 is outside"),
+    ("osd: {}", "osd: {}\ntracker:\n  max-age: -1", ("cfg.yaml:13: tracker.max-age: pytracker.max-age (float "
+     "0..3600): -1 is outside")),
 ])
 def test_load_config_reports_key_path_and_line(tmp_path: Path, old: str, new: str, expected: str) -> None:
     assert old in GOOD
@@ -166,3 +166,10 @@ def test_examples_validate(example: Path) -> None:
             pytest.skip(f"needs an element or device missing here: {exc}")
         raise
     assert plan.streams
+
+
+def test_a_model_file_no_backend_loads_is_refused_with_the_loaders_suffixes(tmp_path: Path) -> None:
+    (tmp_path / "yolo11n.engine").write_bytes(b"serialized TensorRT engine")
+    problems = _problems(tmp_path, GOOD.replace("blobs:color_blob_detector", str(tmp_path / "yolo11n.engine")))
+    assert any(p.startswith(f"cfg.yaml:8: infer.model: {tmp_path / 'yolo11n.engine'}: no backend loads .engine files; "
+                            "known suffixes: .onnx, .pt, .pth, .torchscript") for p in problems), problems

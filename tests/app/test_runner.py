@@ -18,14 +18,16 @@ import pytest
 import yaml
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from app.media import BLOBS, CLIP_FRAMES, decoded_frames  # noqa: E402
-from inferstream.app.api import run  # noqa: E402
-from inferstream.app.config import load_config  # noqa: E402
-from inferstream.app.console import QuietConsole  # noqa: E402
-from inferstream.app.pipeline import build_plan  # noqa: E402
-from inferstream.app.runner import Runner  # noqa: E402
+from app.media import BLOBS, CLIP_FRAMES, decoded_frames
+from inferstream.app.api import run
+from inferstream.app.config import load_config
+from inferstream.app.console import QuietConsole
+from inferstream.app.pipeline import build_plan
+from inferstream.app.runner import Runner
+
+Gst.init(None)
 
 
 def test_run_four_streams_counts_match_frames_in(clips: list[Path]) -> None:
@@ -110,7 +112,7 @@ def test_run_messages_publish_one_payload_per_frame_per_stream(tmp_path: Path) -
         assert [p["frame"] for p in payloads] == list(range(n))
         assert {p["stream_id"] for p in payloads} == {sid}  # pyinfer's stream-id, from the config's id
 
-def _plan_with_failure(cfg: dict, stream: int, after: int):  # noqa: ANN202
+def _plan_with_failure(cfg: dict, stream: int, after: int):
     """The config's plan with ``identity error-after`` spliced into one stream: it dies mid-run."""
     plan = build_plan(load_config(cfg))
     streams = list(plan.streams)

@@ -12,9 +12,9 @@ from gst_helpers import run_pipeline
 from scenes import SQUARE, feed, frame_index, red_square_position
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.meta.gstanalytics import read_detections  # noqa: E402
+from inferstream.meta.gstanalytics import read_detections
 
 LABELS = "red,green,blue,red-b,green-b,blue-b,red-c,green-c,blue-c"
 STREAMS = [(0, 320, 240, "RGB"), (1, 400, 300, "BGRx"), (2, 256, 256, "NV12"), (3, 352, 288, "I420")]
@@ -34,7 +34,7 @@ def _red_box(buf: Gst.Buffer) -> tuple[int, list[float] | None, int]:
     return frame_index(buf), red[0] if red else None, len(meta.dets)
 
 
-def _feed_all(frames: dict[int, int]):  # noqa: ANN202
+def _feed_all(frames: dict[int, int]):
     def start(pipeline: Gst.Pipeline) -> None:
         for k, w, h, _ in STREAMS:
             feed(pipeline.get_by_name(f"src{k}"), k, frames[k], w, h)

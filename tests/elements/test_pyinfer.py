@@ -11,10 +11,10 @@ import torch
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import GLib, Gst, GstAnalytics  # noqa: E402
-from gst_helpers import labelled_boxes, run_pipeline  # noqa: E402
+from gi.repository import GLib, Gst, GstAnalytics
+from gst_helpers import labelled_boxes, run_pipeline
 
-from inferstream.meta.gstanalytics import read_detections  # noqa: E402
+from inferstream.meta.gstanalytics import read_detections
 
 BLOBS = "model=blobs:color_blob_detector model-family=yolo-end2end labels=red,green,blue"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
@@ -98,6 +98,7 @@ def test_objectdetectionoverlay_draws_pyinfer_boxes() -> None:
 
     def grab(buf: Gst.Buffer) -> None:
         ok, m = buf.map(Gst.MapFlags.READ)
+        assert ok
         frames.append(np.frombuffer(m.data, np.uint8).reshape(300, 700, 4).copy())
         buf.unmap(m)
 

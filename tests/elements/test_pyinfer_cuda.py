@@ -16,9 +16,8 @@ import pytest
 import torch
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
-from gst_helpers import labelled_boxes, run_pipeline  # noqa: E402
-
+from gi.repository import Gst
+from gst_helpers import labelled_boxes, run_pipeline
 
 CUDA_MEMORY = "memory:CUDAMemory"
 BLOBS = "model=blobs:color_blob_detector model-family=yolo-end2end labels=red,green,blue precision=fp32"

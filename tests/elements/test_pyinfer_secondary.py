@@ -16,11 +16,11 @@ from classifier_models import LABELS, Counting, resnet18_seeded
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import Gst, GstAnalytics  # noqa: E402
-from gst_helpers import run_pipeline  # noqa: E402
+from gi.repository import Gst, GstAnalytics
+from gst_helpers import run_pipeline
 
-from inferstream.meta.classifications import read_classifications  # noqa: E402
-from inferstream.meta.gstanalytics import read_detections  # noqa: E402
+from inferstream.meta.classifications import read_classifications
+from inferstream.meta.gstanalytics import read_detections
 
 SIZE = 64  # the classifier's input (small: the suite runs on two CPU cores)
 CLASSIFIER = f"model=classifier_models:resnet18_seeded labels={','.join(LABELS)} input-size={SIZE}"

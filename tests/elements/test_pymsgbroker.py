@@ -18,12 +18,12 @@ from msg_servers import BrokerServer, free_port
 from msg_subscribers import MqttSubscriber, amqp_read_all, kafka_read_all, redis_read_all
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
-from gst_helpers import RunResult, inject, run_pipeline  # noqa: E402
-from test_pymsgconv import person_and_car  # noqa: E402
+from gi.repository import Gst
+from gst_helpers import RunResult, inject, run_pipeline
+from test_pymsgconv import person_and_car
 
-from inferstream.elements.pymsgbroker import FLUSHED_MESSAGE  # noqa: E402
-from inferstream.messaging.schema import validate  # noqa: E402
+from inferstream.elements.pymsgbroker import FLUSHED_MESSAGE
+from inferstream.messaging.schema import validate
 
 FRAMES = 30
 SRC = f"videotestsrc num-buffers={FRAMES} ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1"

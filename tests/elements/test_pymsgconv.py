@@ -14,20 +14,20 @@ import pytest
 import torch
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
-from gst_helpers import inject, run_pipeline  # noqa: E402
+from gi.repository import Gst
+from gst_helpers import inject, run_pipeline
 
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.elements.pymsgconv import NTP_TO_UNIX_NS  # noqa: E402
-from inferstream.meta.payload import PAYLOAD_META, PayloadMeta, read_payloads  # noqa: E402
-from inferstream.messaging.schema import UNTRACKED_OBJECT_ID, validate  # noqa: E402
-from inferstream.meta.gstanalytics import (  # noqa: E402
+from inferstream.detections import Detections
+from inferstream.elements.pymsgconv import NTP_TO_UNIX_NS
+from inferstream.messaging.schema import UNTRACKED_OBJECT_ID, validate
+from inferstream.meta.gstanalytics import (
     TrackRecord,
     label_quarks,
     producer_quark,
     write_detections,
     write_tracks,
 )
+from inferstream.meta.payload import PAYLOAD_META, PayloadMeta, read_payloads
 
 SRC = "videotestsrc num-buffers={n} ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1"
 BLOBS = "model=blobs:color_blob_detector model-family=yolo-end2end labels=red,green,blue"

@@ -34,6 +34,7 @@ def _rgb_frame(buf: Gst.Buffer, fmt: str) -> np.ndarray:
     """The drawn frame as RGB, converted here with a straightforward reference (not our ops)."""
     info = GstVideo.VideoInfo.new_from_caps(Gst.Caps.from_string(f"video/x-raw,format={fmt},width={W},height={H}"))
     ok, m = buf.map(Gst.MapFlags.READ)
+    assert ok
     data = np.frombuffer(m.data, np.uint8).copy()
     buf.unmap(m)
     if fmt == "RGB":

@@ -8,11 +8,11 @@ import torch
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import Gst, GstAnalytics  # noqa: E402
-from gst_helpers import inject, run_pipeline  # noqa: E402
+from gi.repository import Gst, GstAnalytics
+from gst_helpers import inject, run_pipeline
 
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections  # noqa: E402
+from inferstream.detections import Detections
+from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections
 
 SRC = "videotestsrc pattern=black num-buffers={n} ! video/x-raw,format=RGB,width=320,height=240,framerate=10/1"
 

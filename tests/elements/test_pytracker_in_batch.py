@@ -14,10 +14,10 @@ from torch import nn
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import Gst, GstAnalytics  # noqa: E402
+from gi.repository import Gst, GstAnalytics
 
-import inferstream.tracking  # noqa: E402
-from inferstream.meta.gstanalytics import read_detections  # noqa: E402
+import inferstream.tracking
+from inferstream.meta.gstanalytics import read_detections
 
 STREAMS = 3
 SIZE = (320, 240)

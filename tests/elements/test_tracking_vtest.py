@@ -7,6 +7,7 @@ run 0.3-0.7, so ByteTrack's thresholds are lowered to suit it (its defaults suit
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ def test_person_ids_stay_on_their_pedestrian(vtest: Path, person_onnx: Path) -> 
         for track_id, centre in frame.items():
             path[track_id].append((t, centre))
     jumps = [np.linalg.norm(c1 - c0) / (t1 - t0) for seq in path.values()
-             for (t0, c0), (t1, c1) in zip(seq, seq[1:])]
+             for (t0, c0), (t1, c1) in pairwise(seq)]
     long_lived = [i for i, seq in path.items() if len(seq) >= FRAMES // 2]
     print(f"{len(path)} ids over {FRAMES} frames, {len(long_lived)} followed for >= half of them, "
           f"max step {max(jumps):.1f} px/frame")

@@ -1,8 +1,8 @@
-"""frames/cuda.py: plane layout maths, __cuda_array_interface__ dicts and C struct layouts on CPU; the zero-copy
-views and the GStreamer CUDA path where a GPU is present (skipped otherwise)."""
+"""frames/cuda.py: plane layout maths and __cuda_array_interface__ dicts on CPU (the C struct layouts:
+tests/native/test_structs.py); the zero-copy views and the GStreamer CUDA path where a GPU is present (skipped
+otherwise)."""
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 from contextlib import AbstractContextManager, nullcontext
@@ -14,7 +14,7 @@ from inferstream.errors import ConfigError, UnsupportedFormatError
 from inferstream.frames import cuda
 from inferstream.frames.cuda import CudaArrayView, PlaneLayout, cuda_array_interface, frame_nbytes, plane_layouts
 from inferstream.frames.cuda_context import CudaContextMismatchError, mismatch_message, share_torch_context
-from inferstream.frames.raw import PACKED_FORMATS
+from inferstream.rawframe import PACKED_FORMATS
 
 HAS_GPU = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU (runs on the GPU machine, see bench/gpu)")
@@ -101,24 +101,7 @@ def test_cuda_array_interface_rejects_null_pointer() -> None:
         cuda_array_interface(0, PlaneLayout(0, (1, 1), (1, 1)))
 
 
-# --- C structs, flags, messages, import hygiene ---------------------------------------------------------------
-def test_struct_layouts_match_gstreamer_1_28_headers() -> None:
-    # offsetof/sizeof printed by a C program compiled against GStreamer 1.28.6's headers (x86_64)
-    assert ctypes.sizeof(cuda.GstMapInfoC) == 104
-    assert (cuda.GstMapInfoC.data.offset, cuda.GstMapInfoC.size.offset) == (16, 24)
-    assert ctypes.sizeof(cuda._GstMemoryC) == 112
-    assert (cuda.GstCudaMemoryC.context.offset, cuda.GstCudaMemoryC.info.offset) == (112, 120)
-    assert ctypes.sizeof(cuda.GstCudaMemoryC) == 312
-    vi = cuda.GstVideoInfoC
-    assert ctypes.sizeof(vi) == 152
-    assert (vi.width.offset, vi.height.offset, vi.size.offset, vi.colorimetry.offset) == (16, 20, 24, 40)
-    assert (vi.offset.offset, vi.stride.offset) == (72, 104)
-
-
-def test_map_cuda_flag_value() -> None:
-    assert cuda.GST_MAP_CUDA == 0x20000 and cuda.GST_MAP_READ | cuda.GST_MAP_CUDA == 0x20001
-
-
+# --- messages, import hygiene --------------------------------------------------------------------------------
 def test_mismatch_message_names_contexts_and_the_fix() -> None:
     msg = mismatch_message(0x1234, 0xABCD, 1)
     assert "0x1234" in msg and "0xabcd" in msg and "cuda:1" in msg and "share_torch_context(pipeline)" in msg
@@ -161,7 +144,7 @@ def _gst_cuda_pipeline(fmt: str):  # type: ignore[no-untyped-def]
 
 @needs_gpu
 @pytest.mark.parametrize("fmt", ["NV12", "RGBA"])
-def test_mapped_cuda_frames_match_cudadownload(fmt: str) -> None:
+def test_mapped_cuda_frame_match_cudadownload(fmt: str) -> None:
     Gst, pipeline = _gst_cuda_pipeline(fmt)
     from gi.repository import GstVideo
 
@@ -173,7 +156,7 @@ def test_mapped_cuda_frames_match_cudadownload(fmt: str) -> None:
         sg = pipeline.get_by_name("gpu").emit("try-pull-sample", 10 * Gst.SECOND)
         sc = pipeline.get_by_name("cpu").emit("try-pull-sample", 10 * Gst.SECOND)
         assert sg is not None and sc is not None
-        with cuda.mapped_cuda_frames(sg.get_buffer(), GstVideo.VideoInfo.new_from_caps(sg.get_caps())) as frame:
+        with cuda.mapped_cuda_frame(sg.get_buffer(), GstVideo.VideoInfo.new_from_caps(sg.get_caps())) as frame:
             gpu_planes = [p.cpu() for p in frame.planes]
             assert all(p.is_cuda for p in frame.planes)
         with mapped_frame(sc.get_buffer(), GstVideo.VideoInfo.new_from_caps(sc.get_caps())) as ref:
@@ -184,7 +167,7 @@ def test_mapped_cuda_frames_match_cudadownload(fmt: str) -> None:
 
 
 @needs_gpu
-def test_mapped_cuda_frames_rejects_gstreamer_own_context() -> None:
+def test_mapped_cuda_frame_rejects_gstreamer_own_context() -> None:
     Gst, pipeline = _gst_cuda_pipeline("NV12")
     from gi.repository import GstVideo
 
@@ -193,7 +176,7 @@ def test_mapped_cuda_frames_rejects_gstreamer_own_context() -> None:
         sg = pipeline.get_by_name("gpu").emit("try-pull-sample", 10 * Gst.SECOND)
         info = GstVideo.VideoInfo.new_from_caps(sg.get_caps())
         with pytest.raises(CudaContextMismatchError, match="not torch's primary context"), \
-                cuda.mapped_cuda_frames(sg.get_buffer(), info):
+                cuda.mapped_cuda_frame(sg.get_buffer(), info):
             pass
     finally:
         pipeline.set_state(Gst.State.NULL)

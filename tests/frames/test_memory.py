@@ -9,11 +9,11 @@ import torch
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import Gst, GstVideo  # noqa: E402
+from gi.repository import Gst, GstVideo
 
-from inferstream.errors import UnsupportedFormatError  # noqa: E402
-from inferstream.frames.memory import MEMORY_KINDS, cuda_memory_unavailable, frame_mapper, memory_kind  # noqa: E402
-from inferstream.frames.system import frame_format, mapped_frame  # noqa: E402
+from inferstream.errors import UnsupportedFormatError
+from inferstream.frames.memory import MEMORY_KINDS, cuda_memory_unavailable, frame_mapper, memory_kind
+from inferstream.frames.system import frame_format, mapped_frame
 
 Gst.init(None)
 

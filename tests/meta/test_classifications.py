@@ -7,16 +7,16 @@ import torch
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import GLib, Gst, GstAnalytics  # noqa: E402
+from gi.repository import GLib, Gst, GstAnalytics
 
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.meta.classifications import (  # noqa: E402
+from inferstream.detections import Detections
+from inferstream.meta.classifications import (
     Classification,
     producer_record_quarks,
     read_classifications,
     write_classifications,
 )
-from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections  # noqa: E402
+from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections
 
 Gst.init(None)
 

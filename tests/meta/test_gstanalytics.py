@@ -7,10 +7,10 @@ import torch
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstAnalytics", "1.0")
-from gi.repository import GLib, Gst, GstAnalytics  # noqa: E402
+from gi.repository import GLib, Gst, GstAnalytics
 
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.meta.gstanalytics import (  # noqa: E402
+from inferstream.detections import Detections
+from inferstream.meta.gstanalytics import (
     TrackRecord,
     label_quarks,
     producer_quark,
@@ -26,11 +26,12 @@ Gst.init(None)
 def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs with the compiled per-frame loops and with the Python ones they replace where no C compiler
     exists."""
-    from inferstream.meta import _analytics_c, gstanalytics
+    from inferstream.meta import gstanalytics
+    from inferstream.native import analytics as native_analytics
 
     if request.param == "python loops":
         monkeypatch.setattr(gstanalytics, "loops", lambda: None)
-    elif _analytics_c.loops() is None:
+    elif native_analytics.loops() is None:
         pytest.skip("no C compiler here")
     return str(request.param)
 

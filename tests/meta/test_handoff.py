@@ -9,13 +9,13 @@ import pytest
 import torch
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.gstnative import buffer_address  # noqa: E402
-from inferstream.meta import gstanalytics as ga  # noqa: E402
-from inferstream.meta import handoff  # noqa: E402
-from inferstream.meta._analytics_c import analytics  # noqa: E402
+from inferstream.detections import Detections
+from inferstream.meta import gstanalytics as ga
+from inferstream.meta import handoff
+from inferstream.native.analytics import analytics
+from inferstream.native.gst import buffer_address
 
 Gst.init(None)
 QUARKS = ga.label_quarks(["person", "car", "bus"])

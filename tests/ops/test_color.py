@@ -7,8 +7,8 @@ import pytest
 import torch
 from _reference import DEVICES, yuv_float_reference
 
-from inferstream.frames.raw import PACKED_FORMATS, RawFrame
 from inferstream.ops.color import to_rgb, to_rgb_nchw, yuv_coefficients
+from inferstream.rawframe import PACKED_FORMATS, RawFrame
 
 GOLDEN = Path(__file__).with_name("data") / "videoconvert_golden.npz"  # make_videoconvert_golden.py
 COLORIMETRY = {"bt601": ("bt601", False), "bt709": ("bt709", False), "1:4:0:0": ("bt601", True),

@@ -5,7 +5,6 @@ import pytest
 import torch
 from _reference import DEVICES, bgr_frame, bus_bgr, ultralytics, ultralytics_input
 
-from inferstream.frames.raw import RawFrame
 from inferstream.ops.letterbox import (
     clip_xyxy,
     letterbox_geometry,
@@ -15,6 +14,7 @@ from inferstream.ops.letterbox import (
     unletterbox_cxcywh,
     unletterbox_xyxy,
 )
+from inferstream.rawframe import RawFrame
 
 FRAME_SIZES = [(1080, 810), (301, 523), (480, 640), (720, 1280), (1, 3000), (3000, 1), (641, 639), (100, 100)]
 INPUT_SIZES = [(640, 640), (320, 480), (384, 640), (33, 17)]

@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 import torch
 
-import inferstream.runner.tracking
 from inferstream.batching import BatchGroup
 from inferstream.detections import Detections
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import InferConfig, ModelStep
+from inferstream.rawframe import RawFrame
 from inferstream.runner.stream import StreamRunner
 
 CFG = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", labels=("red", "green", "blue"),
@@ -42,13 +41,20 @@ class _Writer:
 
 
 class _SeatedTracker:
-    """Stands in for a TrackStage seated on the stream: records the frames tracked outside a batch."""
+    """Stands in for a TrackStage seated on the stream: records the frames tracked in batches and outside them."""
 
     def __init__(self) -> None:
         self.seated_frames: list[Any] = []
+        self.batched: list[tuple[Any, Any]] = []
 
     def track_seated(self, buf: Any) -> None:
         self.seated_frames.append(buf)
+
+    def track_together(self, frames: list[tuple[Any, Any]]) -> None:
+        self.batched.extend(frames)
+
+    def leave(self) -> None:
+        pass
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +98,7 @@ def test_streams_of_one_group_are_inferred_in_one_batch(model: ModelStep) -> Non
         assert by_frame[id(f)].boxes_xyxy[0, 0].item() == pytest.approx(10 + 50 * k, abs=1.5)
 
 
-def test_interval_infers_every_nth_frame_and_a_seated_tracker_tracks_the_others(
-        model: ModelStep, monkeypatch: pytest.MonkeyPatch) -> None:
-    in_batch: list[Any] = []
-    monkeypatch.setattr(inferstream.runner.tracking, "track_batch", lambda frames: in_batch.extend(frames))
+def test_interval_infers_every_nth_frame_and_a_seated_tracker_tracks_the_others(model: ModelStep) -> None:
     (runner,), writer = _runner(model, interval=2)
     tracker = _SeatedTracker()
     runner.member.tracker = tracker  # type: ignore[assignment]
@@ -104,7 +107,7 @@ def test_interval_infers_every_nth_frame_and_a_seated_tracker_tracks_the_others(
         runner.process(f)
     inferred = [frames[i] for i in (0, 3, 6)]
     assert [buf for buf, _, _ in writer.written] == inferred
-    assert in_batch == [(tracker, f) for f in inferred]  # tracked in the batch, right after writing
+    assert tracker.batched == [(tracker, f) for f in inferred]  # tracked in the batch, right after writing
     assert tracker.seated_frames == [frames[i] for i in (1, 2, 4, 5)]  # the skipped ones, on this thread
     runner.restart()  # a flushing seek: frame numbers count from 0 again
     runner.process(frames[0])

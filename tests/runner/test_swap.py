@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from inferstream.batching import BatchGroup
-from inferstream.frames.raw import RawFrame
 from inferstream.inference import InferConfig, ModelStep
+from inferstream.rawframe import RawFrame
 from inferstream.runner.swap import ModelSwap
 
 CFG = InferConfig(model="blobs:color_blob_detector", family="yolo-end2end", precision="fp32",

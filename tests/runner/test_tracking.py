@@ -8,14 +8,14 @@ import pytest
 import torch
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.batching import BatchGroup  # noqa: E402
-from inferstream.detections import Detections  # noqa: E402
-from inferstream.inference import InferConfig, ModelStep  # noqa: E402
-from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections  # noqa: E402
-from inferstream.runner.tracking import TrackStage, offer, offered_at, seat, track_batch, withdraw  # noqa: E402
-from inferstream.tracking import make_tracker  # noqa: E402
+from inferstream.batching import BatchGroup
+from inferstream.detections import Detections
+from inferstream.inference import InferConfig, ModelStep
+from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections
+from inferstream.runner.tracking import TrackStage, offer, offered_at, seat, track_batch, withdraw
+from inferstream.tracking import make_tracker
 
 Gst.init(None)
 FRAME_NS = 33_333_333

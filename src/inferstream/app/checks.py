@@ -9,7 +9,8 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from inferstream.app import gstprops
-from inferstream.app.config import MODEL_SUFFIXES, KeyPath, Problem, Sink, Source
+from inferstream.app.config import KeyPath, Problem, Sink, Source
+from inferstream.backends.loader import MODEL_SUFFIXES
 from inferstream.errors import ConfigError
 
 # config section -> GStreamer element whose properties it holds
@@ -77,8 +78,14 @@ def _infer_props(path: KeyPath, props: Any) -> list[Problem]:
     if model is None and config_file is None:
         problems.append(Problem((*path, "model"), "required key is missing (a model file or module:factory, or an "
                                 "nvinfer config-file with onnx-file)"))
-    elif isinstance(model, str) and _looks_like_file(model) and not Path(model).is_file():
-        problems.append(Problem((*path, "model"), f"model file not found: {model}"))
+    elif isinstance(model, str) and _looks_like_file(model):
+        suffix = Path(model).suffix.lower()
+        if not Path(model).is_file():
+            problems.append(Problem((*path, "model"), f"model file not found: {model}"))
+        elif suffix not in MODEL_SUFFIXES and props.get("backend", "auto") == "auto":
+            problems.append(Problem((*path, "model"), f"{model}: no backend loads {suffix or 'suffix-less'} files; "
+                                    f"known suffixes: {', '.join(MODEL_SUFFIXES)} (TensorRT engines: give the ONNX "
+                                    "file, or force a runtime with backend=torch|onnxruntime)"))
     return problems
 
 
@@ -96,7 +103,7 @@ def _nvinfer_file(path: KeyPath, config_file: str) -> list[Problem]:
 def _looks_like_file(model: str) -> bool:
     if "://" in model:  # a model on an inference server (grpc://host:8001/name): the backend checks it
         return False
-    return model.endswith(MODEL_SUFFIXES) or os.sep in model or model.startswith(".")
+    return (Path(model).suffix != "" and ":" not in model) or os.sep in model or model.startswith(".")
 
 
 def _decode(path: KeyPath, value: str) -> list[Problem]:

@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
-    except Exception as exc:  # noqa: BLE001 - the CLI's one catch-all: one line instead of a traceback
+    except Exception as exc:  # noqa: BLE001
         # imported here: env and doctor must run where the dependencies (pydantic) are what is broken
         from inferstream.app.config import ConfigFileError
         from inferstream.errors import InferstreamError

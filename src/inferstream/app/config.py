@@ -59,7 +59,6 @@ from inferstream.errors import ConfigError
 
 KeyPath = tuple[Hashable, ...]
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
-MODEL_SUFFIXES = (".onnx", ".pt", ".pth", ".torchscript", ".engine")
 SOURCE_KINDS = ("file", "uri", "v4l2", "test")
 
 
@@ -256,11 +255,11 @@ def _expand_samples(value: Any, path: KeyPath, problems: list[Problem]) -> Any:
         if name not in _SAMPLES:
             problems.append(Problem(path, f"unknown sample {name!r}; known: {', '.join(_SAMPLES)}"))
             return value
-        from inferstream import data
+        from inferstream import samples
 
         try:
-            return str(getattr(data, _SAMPLES[name])())
-        except Exception as exc:  # noqa: BLE001 (a missing optional package or download tool: say which)
+            return str(getattr(samples, _SAMPLES[name])())
+        except Exception as exc:  # noqa: BLE001
             problems.append(Problem(path, f"sample {name!r} is unavailable: {exc}"))
             return value
     if isinstance(value, str) and value.startswith("~"):

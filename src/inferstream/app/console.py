@@ -6,6 +6,7 @@ Whatever they print has conn-str passwords replaced by ``***``.
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
@@ -145,12 +146,9 @@ def make_console(mode: str = "auto", interval_s: float = 2.0) -> Console:
     if mode == "quiet":
         return QuietConsole()
     if mode in ("auto", "rich"):
-        try:
-            import rich  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("rich") is None:
             if mode == "rich":
                 print("rich is not installed (pip install 'inferstream[app]'): plain output", file=sys.stderr)
-        else:
-            if mode == "rich" or sys.stdout.isatty():
-                return RichConsole()
+        elif mode == "rich" or sys.stdout.isatty():
+            return RichConsole()
     return PlainConsole(interval_s)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 
 @dataclass(frozen=True, slots=True)

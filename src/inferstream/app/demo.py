@@ -25,7 +25,7 @@ def demo_config(video: Path, model: Path, out_dir: Path, frames: int | None, tra
 def demo(frames: int | None = None, output: str | Path = "inferstream-demo", console: str = "auto",
          metrics_port: int | None = None, interval_s: float = 2.0, eos_timeout_s: float = 10.0) -> int:
     """Run the demo; returns the exit code (prints where the outputs are)."""
-    from inferstream.data import person_detector, vtest_path
+    from inferstream.samples import person_detector, vtest_path
 
     out_dir = Path(output)
     tracking = gstprops.element_available("pytracker")

@@ -99,7 +99,7 @@ def _analytics(report: Callable[[str, str], None]) -> None:
 
     try:
         gi.require_version("GstAnalytics", "1.0")
-        from gi.repository import GstAnalytics  # noqa: F401
+        from gi.repository import GstAnalytics  # noqa: F401 (importing it is the check: it loads the typelib)
     except (ValueError, ImportError):
         report("problem", "the GstAnalytics typelib is missing: apt-get install gir1.2-gst-plugins-bad-1.0 "
                           "(GStreamer >= 1.26), or set GI_TYPELIB_PATH to the folder holding GstAnalytics-1.0.typelib")

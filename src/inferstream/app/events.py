@@ -2,6 +2,7 @@
 
 One line per detection: ``{"stream", "frame", "pts", "box": [x1, y1, x2, y2], "label", "confidence", "track_id"}``
 (pts in nanoseconds or null; box in frame pixels; track_id null when untracked; "angle" added for oriented boxes).
+The lines go through the file broker's writer (``messaging.brokers.file``), the one JSONL writer of the house.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
+
+from inferstream.messaging.brokers.file import JsonlFileClient, file_endpoint
 
 
 class JsonlEvents:
@@ -21,7 +24,9 @@ class JsonlEvents:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("w")
+        self.path.write_bytes(b"")  # a new log per run; the writer appends
+        self._writer = JsonlFileClient(file_endpoint(str(self.path)), fsync=False)
+        self._writer.connect(timeout=0)
         self._lock = threading.Lock()
         self.events = 0
         self.frames = 0
@@ -43,13 +48,13 @@ class JsonlEvents:
                          "track_id": track if track >= 0 else None}
                 if angle is not None:
                     event["angle"] = round(angle, 4)
-                lines.append(json.dumps(event))
+                lines.append(("events", json.dumps(event).encode(), None))
         with self._lock:
             self.frames += 1
             self.events += len(lines)
             if lines:
-                self._file.write("\n".join(lines) + "\n")
+                self._writer.publish_batch(lines)
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            self._writer.close()

@@ -7,20 +7,24 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import GObject, Gst  # noqa: E402
-
-if not Gst.is_initialized():
-    Gst.init(None)
+from gi.repository import GObject, Gst
 
 _SKIP: Final = frozenset({"name", "parent"})
 _INT_TYPES: Final = ("gint", "guint", "gint64", "guint64", "glong", "gulong", "gchar", "guchar")
+
+
+def ensure_gst() -> None:
+    """``Gst.init`` on first use, not at import: importing the app (``inferstream --help``, its tests) starts no
+    GStreamer."""
+    if not Gst.is_initialized():
+        Gst.init(None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +52,7 @@ def _num(value: float | None) -> str:
 def _enum_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
     klass = pspec.enum_class
     if isinstance(klass, type):  # PyGObject >= 3.51: a Python IntEnum of exactly the values
-        return tuple(v.value_nick for v in klass)
+        return tuple(v.value_nick for v in cast("Iterable[Any]", klass))
     lo, hi = klass.minimum, klass.maximum  # older: the C GEnumClass
     if hi - lo > 4096:  # sparse enums: only the default is sure to exist
         value = GObject.enum_get_value(klass, pspec.default_value)
@@ -59,7 +63,7 @@ def _enum_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
 def _flag_nicks(pspec: GObject.ParamSpec) -> tuple[str, ...]:
     klass, bit, nicks = pspec.flags_class, 1, []
     if isinstance(klass, type):  # PyGObject >= 3.51: a Python IntFlag; iterating it yields the single bits
-        return tuple(v.value_nicks[0] for v in klass)
+        return tuple(v.value_nicks[0] for v in cast("Iterable[Any]", klass))
     while bit <= klass.mask:
         if (value := GObject.flags_get_first_value(klass, bit)) is not None:
             nicks.append(value.value_nick)
@@ -86,12 +90,14 @@ def _spec(pspec: GObject.ParamSpec) -> PropSpec:
 
 
 def element_available(factory_name: str) -> bool:
+    ensure_gst()
     return Gst.ElementFactory.find(factory_name) is not None
 
 
 @functools.cache
 def element_properties(factory_name: str) -> dict[str, PropSpec] | None:
     """Writable properties of ``factory_name`` by name; None when the element is not registered."""
+    ensure_gst()
     if Gst.ElementFactory.find(factory_name) is None:
         return None
     element = Gst.ElementFactory.make(factory_name, None)
@@ -161,8 +167,8 @@ def check_properties(factory_name: str, values: Mapping[str, Any]) -> tuple[dict
     specs = element_properties(factory_name)
     if specs is None:
         where = os.environ.get("GST_PLUGIN_PATH", "")
-        return {}, [("", f"GStreamer element {factory_name!r} is not available (not registered; "
-                         f"GST_PLUGIN_PATH={where or 'unset'}): gst-inspect-1.0 {factory_name} says why")]
+        return {}, [("", (f"GStreamer element {factory_name!r} is not available (not registered; "
+                         f"GST_PLUGIN_PATH={where or 'unset'}): gst-inspect-1.0 {factory_name} says why"))]
     out: dict[str, str] = {}
     problems: list[tuple[str, str]] = []
     for key, value in values.items():
@@ -194,24 +200,27 @@ def decoder_works(factory_name: str) -> bool:
     if element is None:
         return False
     try:
-        return element.set_state(Gst.State.READY) == Gst.StateChangeReturn.SUCCESS
+        return bool(element.set_state(Gst.State.READY) == Gst.StateChangeReturn.SUCCESS)
     finally:
         element.set_state(Gst.State.NULL)
 
 
 def has_src_pad(factory_name: str) -> bool:
     """True when the element can output (a filter), False for a sink or an unknown element."""
+    ensure_gst()
     factory = Gst.ElementFactory.find(factory_name)
     return factory is not None and any(t.direction == Gst.PadDirection.SRC for t in factory.get_static_pad_templates())
 
 
 def is_decoder(factory_name: str) -> bool:
+    ensure_gst()
     factory = Gst.ElementFactory.find(factory_name)
     return factory is not None and "Decoder" in (factory.get_klass() or "")
 
 
 def uri_supported(uri: str) -> str | None:
     """None when GStreamer has a source for ``uri``'s protocol, else the reason."""
+    ensure_gst()
     if not Gst.uri_is_valid(uri):
         return f"{uri!r} is not a URI (expected scheme://..., e.g. rtsp://host/path or file:///path)"
     protocol = Gst.uri_get_protocol(uri)

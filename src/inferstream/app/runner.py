@@ -18,20 +18,19 @@ from typing import Final
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import GLib, Gst  # noqa: E402
+from gi.repository import GLib, Gst
 
-from inferstream.app.console import Console, QuietConsole  # noqa: E402
-from inferstream.app.delivery import read_delivery  # noqa: E402
-from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot  # noqa: E402
-from inferstream.app.pipeline import Plan, StreamPlan  # noqa: E402
-from inferstream.app.signals import StopSignals  # noqa: E402
-from inferstream.errors import InferstreamError  # noqa: E402
-
-if not Gst.is_initialized():
-    Gst.init(None)
+from inferstream.app.console import Console, QuietConsole
+from inferstream.app.delivery import read_delivery
+from inferstream.app.gstprops import ensure_gst
+from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot
+from inferstream.app.pipeline import Plan, StreamPlan
+from inferstream.app.signals import StopSignals
+from inferstream.errors import InferstreamError
 
 # (stream id, frame index within the stream, buffer leaving the last analytics element)
 FrameHook = Callable[[str, int, Gst.Buffer], None]
+_Probe = Callable[[Gst.Pad, Gst.PadProbeInfo], Gst.PadProbeReturn]
 TICK_NS: Final = 100 * Gst.MSECOND
 EXIT_OK, EXIT_STREAM_FAILED, EXIT_EVENTS_LOST, EXIT_INTERRUPTED = 0, 1, 3, 130  # signals: 128 + number
 
@@ -74,6 +73,7 @@ class _Stream:
 class Runner:
     def __init__(self, plan: Plan, console: Console | None = None, metrics_port: int | None = None,
                  eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = ()) -> None:
+        ensure_gst()
         self.plan = plan
         self.console = console or QuietConsole()
         self.metrics_port = metrics_port
@@ -129,13 +129,13 @@ class Runner:
             self._probe(bin_, f"{sp.id}_limit", Gst.PadProbeType.BUFFER, "src", self._on_limit(sp.limit))
 
     @staticmethod
-    def _probe(bin_: Gst.Bin, element: str, kind: Gst.PadProbeType, pad: str, fn: Callable) -> None:
+    def _probe(bin_: Gst.Bin, element: str, kind: Gst.PadProbeType, pad: str, fn: _Probe) -> None:
         found = bin_.get_by_name(element)
         if found is None or found.get_static_pad(pad) is None:
             raise RunError(f"internal: no {element}.{pad} in {bin_.get_name()}")
         found.get_static_pad(pad).add_probe(kind, fn)
 
-    def _on_frame(self, stream: _Stream) -> Callable:
+    def _on_frame(self, stream: _Stream) -> _Probe:
         counters = stream.counters
 
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
@@ -144,13 +144,13 @@ class Runner:
             return Gst.PadProbeReturn.OK
         return probe
 
-    def _on_hook(self, stream: _Stream) -> Callable:
+    def _on_hook(self, stream: _Stream) -> _Probe:
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
             index, stream.hook_index = stream.hook_index, stream.hook_index + 1
             for hook in self.frame_hooks:
                 try:
                     hook(stream.plan.id, index, info.get_buffer())
-                except Exception as exc:  # noqa: BLE001 (a hook must not take the stream down: say it once)
+                except Exception as exc:  # noqa: BLE001
                     key = f"frame hook failed: {exc!r}"
                     if key not in stream.warnings:
                         stream.warnings.add(key)
@@ -159,7 +159,7 @@ class Runner:
         return probe
 
     @staticmethod
-    def _on_limit(limit: int) -> Callable:
+    def _on_limit(limit: int) -> _Probe:
         """Exactly ``limit`` frames pass: identity's eos-after ended the source, this drops what a decoder drains."""
         passed = [0]
 
@@ -169,7 +169,7 @@ class Runner:
         return probe
 
     @staticmethod
-    def _on_sink_event(stream: _Stream, sink: str) -> Callable:
+    def _on_sink_event(stream: _Stream, sink: str) -> _Probe:
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
             if info.get_event().type == Gst.EventType.EOS:
                 stream.counters.eos_sinks.add(sink)

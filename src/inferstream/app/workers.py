@@ -34,7 +34,7 @@ from inferstream.app.workerstats import merge_batches, worker_metrics
 from inferstream.errors import ConfigError
 
 TICK_S: Final = 0.1
-MAX_AUTO_CUDA: Final = 8  # the H200 figures: 8 x 8 streams was the best split of 64 with pytracker
+MAX_AUTO_CUDA: Final = 8  # the best split measured on the GPU host (BENCHMARKS.md, *Worker processes*)
 STDERR_TAIL: Final = 20
 EXIT_GRACE_S: Final = 15.0  # after the EOS timeout, how long a worker may take to exit before it is killed
 
@@ -46,9 +46,8 @@ def cpu_cores() -> int:
 def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
     """``workers: auto``: on CUDA min(sources, 8, cores // 2), on CPU 1.
 
-    On the H200 host (16 cores) 8 processes of 8 streams ran 2.3x one process with pytracker, 4 of 8 already
-    2.1x (issue #22's figures, independent processes); 8 was the best there, hence cores / 2. On CPU the model's
-    thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*, measured on the 2-core VM).
+    On the 16-core GPU host 8 processes were the best split of 64 streams, hence cores / 2; on CPU the model's
+    thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*).
     """
     device = str(cfg.infer.properties.get("device", "cpu"))
     if not device.startswith("cuda"):

@@ -1,6 +1,6 @@
 """CUDA graphs of a torch model, one per input shape: one launch per batch instead of hundreds.
 
-Measured on an H200: 7x at batch 1 for yolo11s. ``TorchBackend.warmup`` captures the batch buckets
+``TorchBackend.warmup`` captures the batch buckets
 (``graph_buckets``); a batch of n frames replays the smallest captured bucket >= n, padded (the outputs are sliced
 back to n rows). A capture that fails is reported (``status``) and, unless strict, leaves the model eager.
 """
@@ -97,9 +97,9 @@ class CudaGraphs:
         modes = (True, False) if isinstance(self._model, torch.jit.ScriptModule) else (True,)
         for optimize in modes:
             try:
-                with torch.jit.optimized_execution(optimize):
+                with torch.jit.optimized_execution(optimize):  # type: ignore[attr-defined]
                     graph, outputs = self._record(static)
-            except Exception as e:  # noqa: BLE001  (auto mode: any capture failure means eager, reason kept)
+            except Exception as e:  # noqa: BLE001
                 errors.append(f"{type(e).__name__}: {_last_line(e)}")
                 _reset_rng_capture_state()
                 continue

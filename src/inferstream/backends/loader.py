@@ -39,6 +39,7 @@ _BY_SUFFIX: Final[dict[str, str]] = {
     ".pth": "torch",
     ".torchscript": "torch",
 }
+MODEL_SUFFIXES: Final = tuple(sorted(_BY_SUFFIX))  # the model files a backend loads (the app's config checks them)
 # the choices of load_backend's options, here (torch-free) so that elements and runtimes share them
 BACKEND_CHOICES: Final = ("auto", *_RUNTIMES)
 PRECISIONS: Final = ("auto", "fp32", "fp16")
@@ -116,7 +117,7 @@ def load_backend(
     runtime = backend if backend != "auto" else _BY_SUFFIX.get(path.suffix.lower())
     if runtime is None:
         raise UnsupportedModelError(
-            f"{path}: no backend for suffix {path.suffix!r}; known suffixes: {', '.join(sorted(_BY_SUFFIX))} "
+            f"{path}: no backend for suffix {path.suffix!r}; known suffixes: {', '.join(MODEL_SUFFIXES)} "
             "(or force one with backend=torch|onnxruntime)")
     if runtime != "torch" and graph == "cuda-graph":
         raise ConfigError(f"graph=cuda-graph needs the torch backend; {path.name} runs on {runtime}")
@@ -260,8 +261,8 @@ def info_from_export_metadata(
         facts["imgsz"] = f"[{imgsz[0]}, {imgsz[1]}]"
     if "stride" in meta:
         facts["stride"] = str(meta["stride"])
-    if isinstance(meta.get("kpt_shape"), (list, tuple)):  # pose models: keypoints x (x, y[, visibility])
-        facts["kpt_shape"] = str(list(meta["kpt_shape"]))
+    if isinstance(kpt_shape := meta.get("kpt_shape"), (list, tuple)):  # pose models: keypoints x (x, y[, visibility])
+        facts["kpt_shape"] = str(list(kpt_shape))
     description = str(meta.get("description", "")).lower()
     if meta.get("head") == "rtdetr" or "rtdetr" in description or "rt-detr" in description:
         facts["head"] = "rtdetr"  # RT-DETR's (B, K, 6) rows are normalised cx,cy,w,h: not YOLO end-to-end's

@@ -214,7 +214,7 @@ class TritonBackend:
         if self.spec.grpc:
             try:
                 client.close()
-            except Exception:  # noqa: BLE001 - the server may be gone already; nothing is left to release here
+            except Exception:  # noqa: BLE001
                 _log.debug("closing the client of %s failed", self.spec.url, exc_info=True)
 
     def _infer(self, x: np.ndarray) -> list[np.ndarray]:
@@ -247,7 +247,7 @@ class TritonBackend:
                 self._shm = None
                 self._shm = _InputRegion.create(self._thread_client(), self.spec, x.nbytes)
             self._shm.write(x)
-        except Exception as exc:  # noqa: BLE001 - any failure here only costs the fast path
+        except Exception as exc:  # noqa: BLE001
             self._shm_ok = False
             _log.warning("%s: system shared memory is not usable (%s); sending tensors in the requests",
                          self.spec.url, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -276,16 +276,16 @@ class _InputRegion:
         return cls(handle, name, size)
 
     def write(self, x: np.ndarray) -> None:
-        import tritonclient.utils.shared_memory as shm  # type: ignore[import-untyped]
+        import tritonclient.utils.shared_memory as shm
 
         shm.set_shared_memory_region(self.handle, [x])
 
     def close(self, client: Any) -> None:
-        import tritonclient.utils.shared_memory as shm  # type: ignore[import-untyped]
+        import tritonclient.utils.shared_memory as shm
 
         try:
             client.unregister_system_shared_memory(self.name)
-        except Exception:  # noqa: BLE001 - a server that went away has dropped the registration with itself
+        except Exception:  # noqa: BLE001
             _log.debug("unregistering %s failed", self.name, exc_info=True)
         shm.destroy_shared_memory_region(self.handle)
 
@@ -334,7 +334,7 @@ def _model_names(client: Any, spec: RemoteSpec) -> str:
     for ask in (client.get_model_repository_index, client.get_inference_statistics):
         try:
             answer = ask(**as_json)
-        except Exception:  # noqa: BLE001 - both are optional extensions (MLServer has its own repository API)
+        except Exception:  # noqa: BLE001
             _log.debug("%s: %s is not offered", spec.url, ask.__name__, exc_info=True)
             continue
         rows = answer if isinstance(answer, list) else answer.get("models") or answer.get("model_stats") or []
@@ -365,7 +365,7 @@ def _ask(spec: RemoteSpec, what: str, call: Callable[..., Any], *, attempts: int
     for attempt in range(tries):
         try:
             return call(**_timeout_kw(spec))
-        except Exception as exc:  # noqa: BLE001 - tritonclient raises its own, grpc's, gevent's and socket errors
+        except Exception as exc:  # noqa: BLE001
             status = str(exc.status()) if hasattr(exc, "status") and callable(exc.status) else ""
             text = (exc.message() if hasattr(exc, "message") and callable(exc.message) else str(exc)) or repr(exc)
             if status in _REFUSED or attempt == tries - 1:

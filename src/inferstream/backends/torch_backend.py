@@ -10,7 +10,7 @@ ultralytics heads are switched to export mode (``(B, 4+nc, A)`` for detect, ``(B
 heads, ``(output0, proto)`` for segment), and any nested tuple/list/dict of tensors is flattened in order.
 
 CUDA graphs (``graph``): on a CUDA device the forward pass can be captured once per batch shape and replayed
-(one launch instead of hundreds: 7x at batch 1 for yolo11s on an H200). ``warmup(batch_size)`` captures the
+(one launch instead of hundreds). ``warmup(batch_size)`` captures the
 buckets 1, 2, 4, ... below ``batch_size`` and ``batch_size`` itself; a batch of n frames replays the smallest
 bucket >= n, padded (the outputs are sliced back to n rows). ``auto`` captures only models whose forward is a
 fixed tensor program (TorchScript archives, ultralytics checkpoints) and falls back to eager when a capture fails
@@ -152,11 +152,11 @@ class TorchBackend:
     def _from_torchscript(cls, path: Path, device: torch.device, dtype: torch.dtype, *,
                           graph: str = "auto") -> TorchBackend:
         """``torch.jit.load`` plus the ``config.txt`` metadata ultralytics embeds (names, imgsz, task...)."""
-        import torchvision  # type: ignore[import-untyped]  # noqa: F401  (registers ops a script may call, e.g. nms)
+        import torchvision  # type: ignore[import-untyped]  # noqa: F401 (registers the torchvision:: ops TorchScript files call)
 
         extra_files = {"config.txt": ""}
         try:
-            model = torch.jit.load(  # type: ignore[no-untyped-call]
+            model = torch.jit.load(
                 str(path), map_location=device, _extra_files=extra_files)
         except Exception as e:
             raise UnsupportedModelError(f"{path} is not a TorchScript archive torch can load (tried "

@@ -97,7 +97,7 @@ def _unsafe_globals(path: Path, err: pickle.UnpicklingError) -> list[str]:
     if zipfile.is_zipfile(path):
         try:
             return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-        except Exception:  # noqa: BLE001  (a damaged zip: treat as unreadable)
+        except Exception:  # noqa: BLE001
             return []
     # legacy (pre-1.6, non-zip) format: only the error text names the refused global
     return re.findall(r"GLOBAL ([\w.]+)", str(err))

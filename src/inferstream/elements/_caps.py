@@ -6,9 +6,9 @@ from typing import Final
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS  # noqa: E402
+from inferstream.rawframe import PACKED_FORMATS, PLANAR_FORMATS
 
 CUDA_MEMORY: Final = "memory:CUDAMemory"  # GST_CAPS_FEATURE_MEMORY_CUDA_MEMORY
 CUDA_FORMATS: Final = ("NV12", "RGBA", "BGRA", "RGBx", "BGRx", "RGB")

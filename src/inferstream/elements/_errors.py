@@ -7,9 +7,9 @@ from typing import Final
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.errors import (  # noqa: E402
+from inferstream.errors import (
     BackendInitError,
     ConfigError,
     ModelNotFoundError,

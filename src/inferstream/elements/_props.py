@@ -4,7 +4,7 @@ from __future__ import annotations
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import GObject, Gst  # noqa: E402
+from gi.repository import GObject, Gst
 
 READY_ONLY = GObject.ParamFlags.READWRITE | Gst.PARAM_MUTABLE_READY
 PLAYING_OK = GObject.ParamFlags.READWRITE | Gst.PARAM_MUTABLE_PLAYING

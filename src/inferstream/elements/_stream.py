@@ -9,7 +9,7 @@ from __future__ import annotations
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
 STREAM_INFO = "inferstream/stream-info"
 

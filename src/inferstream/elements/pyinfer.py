@@ -14,6 +14,7 @@ falls back to system memory (one INFO line says why).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +23,11 @@ import gi
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import GObject, Gst, GstBase, GstVideo  # noqa: E402
+from gi.repository import GObject, Gst, GstBase, GstVideo
 
-from inferstream.backends.loader import BACKEND_CHOICES, GRAPH_MODES, PRECISIONS  # noqa: E402
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import (  # noqa: E402
+from inferstream.backends.loader import BACKEND_CHOICES, GRAPH_MODES, PRECISIONS
+from inferstream.elements import _props as props
+from inferstream.elements._caps import (
     cuda_or_system_video_caps,
     is_cuda_memory,
     is_nvmm,
@@ -34,13 +35,14 @@ from inferstream.elements._caps import (  # noqa: E402
     with_nvmm_if_available,
     without_cuda_memory,
 )
-from inferstream.elements._config_file import ConfigFile  # noqa: E402
-from inferstream.elements._errors import post_error, post_warning  # noqa: E402
-from inferstream.elements._stream import stream_info_event  # noqa: E402
-from inferstream.frames.nvmm import pyservicemaker_available  # noqa: E402
-from inferstream.inference import PREPROCESS_MODES  # noqa: E402
-from inferstream.runner.settings import CHANNEL_ORDERS, PROCESS_MODES, RESIZE_MODES, family_choices  # noqa: E402
-from inferstream.runner.swap import ModelSwap  # noqa: E402
+from inferstream.elements._config_file import ConfigFile
+from inferstream.elements._errors import post_error, post_warning
+from inferstream.elements._stream import stream_info_event
+from inferstream.frames.nvmm import pyservicemaker_available
+from inferstream.inference import PREPROCESS_MODES
+from inferstream.native.gstlog import gst_debug
+from inferstream.runner.settings import CHANNEL_ORDERS, PROCESS_MODES, RESIZE_MODES, family_choices
+from inferstream.runner.swap import ModelSwap
 
 if TYPE_CHECKING:
     from inferstream.inference import ModelStep
@@ -55,11 +57,10 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
     __gstmetadata__ = (
         "inferstream detector",
         "Filter/Analyzer/Video",
-        "Runs a PyTorch / ONNX detector (YOLO v5u/v8/v11/26, end-to-end, OBB, RF-DETR, RT-DETR, D-FINE or your own "
-        "post-processing) on each "
-        "frame, batching frames across the instances of one batch-group, and attaches GstAnalytics "
-        "object-detection metadata; or (process-mode=secondary) classifies the objects upstream detectors found. "
-        "Buffers pass through unchanged.",
+        ("Runs a PyTorch / ONNX detector (YOLO v5u/v8/v11/26, end-to-end, OBB, RF-DETR, RT-DETR, D-FINE or your own "
+         "post-processing) on each frame, batching frames across the instances of one batch-group, and attaches "
+         "GstAnalytics object-detection metadata; or (process-mode=secondary) classifies the objects upstream "
+         "detectors found. Buffers pass through unchanged."),
         "inferstream",
     )
     __gsttemplates__ = video_templates(with_nvmm_if_available(cuda_or_system_video_caps()))
@@ -230,7 +231,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                 release_group(member)
                 post_error(self, exc, "GstAnalytics (GStreamer >= 1.26) is needed to write the detections")
                 return False
-            Gst.warning(f"{self.get_name()}: no usable GstAnalytics ({exc}): DeepStream (NVMM) input only")
+            gst_debug(__name__, logging.WARNING,
+                      f"{self.get_name()}: no usable GstAnalytics ({exc}): DeepStream (NVMM) input only")
         self._runner = StreamRunner(member, cfg.params, writer, unique_id=self.unique_id, interval=self.interval,
                                     secondary=secondary)
         self._runner.seat(offered_at(self.srcpad.get_peer()))  # a pytracker right after this element
@@ -259,15 +261,17 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         if self._runner is None or self._info is None:
             return False
         if self._runner.writer is None and not nvmm:
-            Gst.warning(f"{self.get_name()}: {incaps.to_string()} refused: without GstAnalytics only NVMM input")
+            gst_debug(__name__, logging.WARNING,
+                      f"{self.get_name()}: {incaps.to_string()} refused: without GstAnalytics only NVMM input")
             return False
         if cuda_memory and self._cuda_index is None:
-            Gst.warning(f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
+            gst_debug(__name__, logging.WARNING, f"{self.get_name()}: CUDA-memory caps refused ({self._cuda_why()})")
             return False
         if not (cuda_memory or nvmm) and self._cuda_index is not None and not self._told_upload:
             self._told_upload = True
-            Gst.info(f"{self.get_name()}: system-memory input with device={self._runner.group.cfg.device}: each "
-                     "frame is uploaded (put a CUDA decoder or cudaupload upstream to keep pixels on the GPU)")
+            gst_debug(__name__, logging.INFO,
+                      f"{self.get_name()}: system-memory input with device={self._runner.group.cfg.device}: each "
+                      "frame is uploaded (put a CUDA decoder or cudaupload upstream to keep pixels on the GPU)")
         self._runner.set_memory(memory_kind(cuda_memory, nvmm), frame_format(self._info), self._cuda_index)
         return True
 
@@ -280,8 +284,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         if self._cuda is None or self._cuda[0] != device:
             self._cuda = (device, cuda_memory_unavailable(device))
             if self._cuda[1] is not None and device.startswith("cuda"):
-                Gst.info(f"{self.get_name()}: CUDA-memory input disabled ({self._cuda[1]}): negotiating system "
-                         "memory")
+                gst_debug(__name__, logging.INFO,
+                          f"{self.get_name()}: CUDA-memory input disabled ({self._cuda[1]}): negotiating system memory")
         return self._cuda[1]
 
     def _cuda_ok(self) -> bool:
@@ -296,7 +300,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                 if answer_context_query(self, query, self._device_index()):
                     return True
             except Exception as exc:  # a query must not raise through C (R8); the mapping reports mismatches
-                Gst.warning(f"{self.get_name()}: cannot answer the CUDA context query: {exc}")
+                gst_debug(__name__, logging.WARNING, f"{self.get_name()}: cannot answer the CUDA context query: {exc}")
         handled: bool = GstBase.BaseTransform.do_query(self, direction, query)
         if handled and query.type == Gst.QueryType.CAPS and not self._cuda_ok():
             query.set_caps_result(without_cuda_memory(query.parse_caps_result()))

@@ -17,6 +17,7 @@ the Kafka record key).
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,12 +27,13 @@ import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
-from gi.repository import GObject, Gst, GstBase  # noqa: E402
+from gi.repository import GObject, Gst, GstBase
 
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._errors import post_error, post_warning  # noqa: E402
-from inferstream.errors import ConfigError  # noqa: E402
-from inferstream.messaging.brokers import BROKERS, redact_credentials  # noqa: E402  (clients load lazily)
+from inferstream.elements import _props as props
+from inferstream.elements._errors import post_error, post_warning
+from inferstream.errors import ConfigError
+from inferstream.messaging.brokers import BROKERS, redact_credentials
+from inferstream.native.gstlog import gst_debug
 
 if TYPE_CHECKING:
     from inferstream.messaging.brokers.base import Endpoint
@@ -139,7 +141,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
                                spool_max_bytes=self.spool_limit,
                                spool_segment_bytes=_segment_bytes(self.spool_dir, self.spool_limit)
                                if self.spool_dir else 16 << 20,
-                               full_policy=self.drop_policy, fail_fast=self.fail_fast)  # type: ignore[arg-type]
+                               full_policy=self.drop_policy, fail_fast=self.fail_fast)
 
     def _endpoint(self) -> Endpoint:
         from inferstream.messaging.brokers import TlsOptions, parse_conn_str
@@ -153,9 +155,9 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
         return parse_conn_str(self.proto, self.conn_str, tls=tls, credentials_file=self.config or None)
 
     def do_start(self) -> bool:
-        from inferstream.meta.payload import register_payload_meta
         from inferstream.messaging.brokers import create_client
         from inferstream.messaging.publisher import Publisher
+        from inferstream.meta.payload import register_payload_meta
 
         self._buffers = self._payloads = 0
         self._flushed = False
@@ -191,7 +193,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
         elif event.level == "warning":
             post_warning(self, BrokerError(event.text), text)
         else:
-            Gst.info(f"{self.get_name()}: {text}: {event.text}")
+            gst_debug(__name__, logging.INFO, f"{self.get_name()}: {text}: {event.text}")
 
     # streaming ----------------------------------------------------------------------------------------------
     def do_render(self, buf: Gst.Buffer) -> Gst.FlowReturn:

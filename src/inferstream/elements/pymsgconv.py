@@ -31,15 +31,15 @@ import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
-from gi.repository import GObject, Gst, GstBase  # noqa: E402
+from gi.repository import GObject, Gst, GstBase
 
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import any_video_caps, video_templates  # noqa: E402
-from inferstream.elements._errors import post_error  # noqa: E402
-from inferstream.elements._stream import read_stream_info  # noqa: E402
-from inferstream.errors import ConfigError  # noqa: E402
-from inferstream.meta.payload import attach_payloads, register_payload_meta  # noqa: E402
-from inferstream.messaging.schema import SCHEMAS  # noqa: E402
+from inferstream.elements import _props as props
+from inferstream.elements._caps import any_video_caps, video_templates
+from inferstream.elements._errors import post_error
+from inferstream.elements._stream import read_stream_info
+from inferstream.errors import ConfigError
+from inferstream.messaging.schema import SCHEMAS
+from inferstream.meta.payload import attach_payloads, register_payload_meta
 
 if TYPE_CHECKING:
     from inferstream.messaging.events import FrameEvent

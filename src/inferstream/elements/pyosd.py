@@ -17,10 +17,10 @@ from inferstream.elements._errors import post_error
 
 if TYPE_CHECKING:
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
     from inferstream.meta.gstanalytics import FrameMeta
     from inferstream.ops.draw import Color
+    from inferstream.rawframe import RawFrame
     from inferstream.vlm.latest import LatestAnswers
 
 
@@ -29,9 +29,9 @@ class PyOsd(GstBase.BaseTransform):  # type: ignore[misc]
     __gstmetadata__ = (
         "inferstream on-screen display",
         "Filter/Effect/Video",
-        "Draws the frame's GstAnalytics object detections: boxes, oriented boxes as rotated polygons, labels with "
-        "confidence and track ids (stable colour per id), instance masks (alpha blend) and keypoint skeletons on "
-        "system-memory video, in place",
+        ("Draws the frame's GstAnalytics object detections: boxes, oriented boxes as rotated polygons, labels with "
+         "confidence and track ids (stable colour per id), instance masks (alpha blend) and keypoint skeletons on "
+         "system-memory video, in place"),
         "inferstream",
     )
     __gsttemplates__ = video_templates(system_video_caps())

@@ -16,11 +16,11 @@ import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstBase", "1.0")
-from gi.repository import GObject, Gst, GstBase  # noqa: E402
+from gi.repository import GObject, Gst, GstBase
 
-from inferstream.elements import _props as props  # noqa: E402
-from inferstream.elements._caps import any_video_caps, video_templates  # noqa: E402
-from inferstream.elements._errors import post_error, post_warning  # noqa: E402
+from inferstream.elements import _props as props
+from inferstream.elements._caps import any_video_caps, video_templates
+from inferstream.elements._errors import post_error, post_warning
 
 if TYPE_CHECKING:
     from inferstream.runner.tracking import TrackStage
@@ -31,9 +31,9 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
     __gstmetadata__ = (
         "inferstream tracker",
         "Filter/Analyzer/Video",
-        "Tracks GstAnalytics object detections (ByteTrack: two-stage association with low-score detections and "
-        "Kalman motion) and relates a TrackingMtd to each tracked detection; carries tracks across frames the "
-        "detector skipped",
+        ("Tracks GstAnalytics object detections (ByteTrack: two-stage association with low-score detections and "
+         "Kalman motion) and relates a TrackingMtd to each tracked detection; carries tracks across frames the "
+         "detector skipped"),
         "inferstream",
     )
     __gsttemplates__ = video_templates(any_video_caps())
@@ -80,7 +80,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_start(self) -> bool:
         from inferstream.runner.tracking import TrackStage, offer
-        from inferstream.serial import shared_worker
+        from inferstream.shared_worker import shared_worker
         from inferstream.tracking import make_tracker
 
         try:

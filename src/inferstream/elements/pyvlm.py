@@ -25,7 +25,7 @@ from inferstream.elements._caps import system_video_caps, video_templates
 from inferstream.elements._errors import post_error, post_warning
 from inferstream.elements._stream import read_stream_info
 from inferstream.errors import ConfigError, UnsupportedModelError
-from inferstream.frames.raw import PACKED_FORMATS
+from inferstream.rawframe import PACKED_FORMATS
 
 if TYPE_CHECKING:
     from inferstream.frames.system import FrameFormat
@@ -130,7 +130,7 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
             self._disabled = str(exc)
             post_warning(self, exc, "pyvlm disabled, the video passes unanswered")
             return True
-        except Exception as exc:  # noqa: BLE001 - the C boundary (R8): missing model, bad settings
+        except Exception as exc:
             post_error(self, exc, f"cannot start pyvlm with model {self.model!r}")
             return False
         self._runner = StreamRunner(settings, client)
@@ -220,7 +220,7 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
             answers += runner.client.take()
             if answers:
                 self._attach(buf, [a for a in answers if a.ok], frame)
-        except Exception as exc:  # noqa: BLE001 - the one broad catch: the C boundary (R8)
+        except Exception as exc:
             post_error(self, exc, "pyvlm failed")
             return Gst.FlowReturn.ERROR
         return Gst.FlowReturn.OK
@@ -248,7 +248,7 @@ class PyVlm(GstBase.BaseTransform):  # type: ignore[misc]
         dets = meta.dets
         tracks = dets.track_ids.tolist() if dets.track_ids is not None else [-1] * len(dets)
         boxes = dets.boxes_xyxy.round().int().tolist()
-        return [FrameObject(od, t, meta.label_names[lab], tuple(box))  # type: ignore[arg-type]
+        return [FrameObject(od, t, meta.label_names[lab], tuple(box))
                 for od, t, lab, box in zip(meta.od_ids, tracks, dets.labels.tolist(), boxes)]
 
     def _attach(self, buf: Gst.Buffer, answers: list[VlmAnswer], frame: int) -> None:

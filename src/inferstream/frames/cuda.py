@@ -1,6 +1,6 @@
 """CUDA-memory video buffers (``video/x-raw(memory:CUDAMemory)``) as zero-copy torch CUDA tensors.
 
-``mapped_cuda_frames(buf, info)`` maps the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
+``mapped_cuda_frame(buf, info)`` maps the buffer's ``GstCudaMemory`` with ``GST_MAP_READ | GST_MAP_CUDA``
 (through ctypes: gst-python's ``Buffer.map`` drops the CUDA flag) and hands out a ``RawFrame`` whose planes are
 ``torch.uint8`` CUDA tensors viewing the device memory with its pitch (no copy), built from
 ``__cuda_array_interface__`` dicts. Strides and offsets come from the memory's own ``GstVideoInfo``. Context
@@ -14,7 +14,7 @@ Synchronisation (GStreamer ≥ 1.24 does not synchronise a ``GST_MAP_CUDA`` map)
 - on exit, the memory's stream waits for torch's current stream as it was on entry, so GStreamer does not
   reuse or overwrite the memory while kernels that read it are still queued.
 
-Both are one ``cuEventRecord`` + ``cuStreamWaitEvent`` pair through ctypes that keeps the GIL (``gstnative``):
+Both are one ``cuEventRecord`` + ``cuStreamWaitEvent`` pair through ctypes that keeps the GIL (``native.cuda``):
 torch's ``Event.record`` / ``wait_event`` release it, and under many streaming threads each re-acquisition can
 cost milliseconds.
 
@@ -23,29 +23,29 @@ or make that stream wait for its other streams (``current.wait_stream(other)``) 
 that aliases the planes may outlive the block: copy (``.clone()``, a letterbox, ...) inside it.
 
 Nothing here imports torch or gi at module import; the pure parts (plane layout maths, the
-``__cuda_array_interface__`` dicts, the C struct layouts) are tested on CPU in ``tests/frames/test_cuda_pure.py``.
+``__cuda_array_interface__`` dicts) are tested on CPU in ``tests/frames/test_cuda_pure.py``, the C struct layouts
+(``native.structs``) in ``tests/native/test_structs.py``.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from inferstream.errors import UnsupportedFormatError
 from inferstream.frames.cuda_context import (
     CudaContextMismatchError,
-    c_address,
-    check_cu,
     device_index,
     mismatch_message,
     torch_context_handle,
 )
-from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
-from inferstream.gstnative import GstMiniObjectC, bind, buffer_address, pydll
+from inferstream.native.cuda import GST_MAP_CUDA, GST_MAP_READ, gst_cuda_calls, stream_wait
+from inferstream.native.gst import buffer_address, c_address
+from inferstream.native.structs import GstCudaMemoryC, GstMapInfoC
+from inferstream.rawframe import SUPPORTED_FORMATS, RawFrame, plane_specs
 
 if TYPE_CHECKING:
     import torch
@@ -53,11 +53,6 @@ if TYPE_CHECKING:
 
     from inferstream.frames.system import FrameFormat
 
-GST_MAP_READ: Final = 1 << 0
-GST_MAP_CUDA: Final = 1 << 17  # GST_MAP_FLAG_LAST << 1 (gst/cuda/gstcudamemory.h): 0x20000
-SUPPORTED_FORMATS: Final[tuple[str, ...]] = PACKED_FORMATS + PLANAR_FORMATS
-_CHANNELS: Final = {f: 3 if len(f) == 3 else 4 for f in PACKED_FORMATS}
-_N_PLANES: Final = {"NV12": 2, "I420": 3} | {f: 1 for f in PACKED_FORMATS}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -103,23 +98,15 @@ def plane_layouts(fmt: str, width: int, height: int, strides: list[int] | tuple[
         UnsupportedFormatError: ``fmt`` is not supported.
         ValueError: non-positive size, too few strides/offsets, a negative offset, or a pitch shorter than a row.
     """
-    if fmt not in _N_PLANES:
+    if fmt not in SUPPORTED_FORMATS:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported on CUDA memory; use one of "
                                      f"{list(SUPPORTED_FORMATS)}")
     if width <= 0 or height <= 0:
         raise ValueError(f"frame size: expected positive width and height, got {width}x{height}")
-    n = _N_PLANES[fmt]
+    specs = plane_specs(fmt, width, height)
+    n = len(specs)
     if len(strides) < n or len(offsets) < n:
         raise ValueError(f"{fmt}: expected {n} strides and offsets, got {len(strides)} and {len(offsets)}")
-    ch, cw = (height + 1) // 2, (width + 1) // 2
-    specs: list[tuple[tuple[int, ...], tuple[int, ...]]]
-    if fmt in _CHANNELS:
-        c = _CHANNELS[fmt]
-        specs = [((height, width, c), (c, 1))]
-    elif fmt == "NV12":
-        specs = [((height, width), (1,)), ((ch, cw, 2), (2, 1))]
-    else:  # I420
-        specs = [((height, width), (1,)), ((ch, cw), (1,)), ((ch, cw), (1,))]
     layouts = []
     for i, (shape, inner) in enumerate(specs):
         row_bytes = shape[1] * inner[0]
@@ -147,7 +134,7 @@ def cuda_array_interface(ptr: int, layout: PlaneLayout, *, readonly: bool = Fals
 
     Returns:
         ``{"shape", "typestr": "|u1", "data": (address, readonly), "strides", "version": 3, "stream": None}``;
-        ``stream`` is ``None`` because ``mapped_cuda_frames`` orders the streams itself.
+        ``stream`` is ``None`` because ``mapped_cuda_frame`` orders the streams itself.
 
     Raises:
         ValueError: a null pointer.
@@ -168,67 +155,10 @@ class CudaArrayView:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# C structs read through ctypes (layouts of GStreamer 1.28, x86_64; pinned by tests/frames/test_cuda_pure.py)
-# ---------------------------------------------------------------------------------------------------------------
-class GstMapInfoC(ctypes.Structure):
-    """``GstMapInfo`` (gst/gstmemory.h)."""
-
-    _fields_ = [("memory", ctypes.c_void_p), ("flags", ctypes.c_int), ("data", ctypes.c_void_p),
-                ("size", ctypes.c_size_t), ("maxsize", ctypes.c_size_t), ("user_data", ctypes.c_void_p * 4),
-                ("_gst_reserved", ctypes.c_void_p * 4)]
-
-
-class _GstMemoryC(ctypes.Structure):
-    _fields_ = [("mini_object", GstMiniObjectC), ("allocator", ctypes.c_void_p), ("parent", ctypes.c_void_p),
-                ("maxsize", ctypes.c_size_t), ("align", ctypes.c_size_t), ("offset", ctypes.c_size_t),
-                ("size", ctypes.c_size_t)]
-
-
-class GstVideoInfoC(ctypes.Structure):
-    """``GstVideoInfo`` (gst/video/video-info.h); ``finfo`` points at a ``GstVideoFormatInfo`` whose first field is
-    the ``GstVideoFormat``."""
-
-    _fields_ = [("finfo", ctypes.c_void_p), ("interlace_mode", ctypes.c_int), ("flags", ctypes.c_int),
-                ("width", ctypes.c_int), ("height", ctypes.c_int), ("size", ctypes.c_size_t),
-                ("views", ctypes.c_int), ("chroma_site", ctypes.c_int), ("colorimetry", ctypes.c_int * 4),
-                ("par_n", ctypes.c_int), ("par_d", ctypes.c_int), ("fps_n", ctypes.c_int), ("fps_d", ctypes.c_int),
-                ("offset", ctypes.c_size_t * 4), ("stride", ctypes.c_int * 4), ("_abi", ctypes.c_void_p * 4)]
-
-
-class GstCudaMemoryC(ctypes.Structure):
-    """``GstCudaMemory`` (gst/cuda/gstcudamemory.h): the memory, its ``GstCudaContext*`` and its video info."""
-
-    _fields_ = [("mem", _GstMemoryC), ("context", ctypes.c_void_p), ("info", GstVideoInfoC),
-                ("priv", ctypes.c_void_p), ("_gst_reserved", ctypes.c_void_p * 4)]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Native entry points (loaded on first use; gi has already loaded the same libraries by soname)
-# ---------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class _Native:
-    gst: ctypes.CDLL
-    cuda_gst: ctypes.CDLL
-
-
-@functools.cache
-def _native() -> _Native:
-    """Per-frame calls, bound to keep the GIL (``gstnative``): none of them waits on the GPU."""
-    gst, cg = pydll("libgstreamer-1.0.so.0"), pydll("libgstcuda-1.0.so.0")
-    vp, i = ctypes.c_void_p, ctypes.c_int
-    bind(gst, [("gst_buffer_n_memory", ctypes.c_uint, (vp,)), ("gst_buffer_peek_memory", vp, (vp, ctypes.c_uint)),
-               ("gst_memory_map", i, (vp, ctypes.POINTER(GstMapInfoC), i)),
-               ("gst_memory_unmap", None, (vp, ctypes.POINTER(GstMapInfoC)))])
-    bind(cg, [("gst_is_cuda_memory", i, (vp,)), ("gst_cuda_memory_get_stream", vp, (vp,)),
-              ("gst_cuda_stream_get_handle", vp, (vp,)), ("gst_cuda_context_get_handle", vp, (vp,))])
-    return _Native(gst, cg)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Mapping
 # ---------------------------------------------------------------------------------------------------------------
 def _cuda_memory(buf: Gst.Buffer) -> int:
-    nat = _native()
+    nat = gst_cuda_calls()
     addr = buffer_address(buf)
     n = nat.gst.gst_buffer_n_memory(addr)
     if n != 1:
@@ -248,7 +178,7 @@ def _memory_layout(cmem: GstCudaMemoryC, fmt: FrameFormat) -> tuple[tuple[int, .
         raise UnsupportedFormatError(
             f"CUDA memory layout (format id {fmt_id}, {minfo.width}x{minfo.height}) does not match the caps "
             f"({fmt.name} = {fmt.format_id}, {fmt.width}x{fmt.height})")
-    n = _N_PLANES.get(fmt.name, 1)
+    n = len(fmt.strides)  # the caps' plane count
     return tuple(minfo.stride[:n]), tuple(minfo.offset[:n])
 
 
@@ -279,47 +209,12 @@ def _layouts(fmt: str, width: int, height: int, strides: tuple[int, ...],
 
 def _gst_stream_handle(mem: int) -> int:
     """The ``CUstream`` GStreamer queues the memory's work on (0: the legacy default stream)."""
-    nat = _native()
+    nat = gst_cuda_calls()
     return int(nat.cuda_gst.gst_cuda_stream_get_handle(nat.cuda_gst.gst_cuda_memory_get_stream(mem)) or 0)
 
 
-@functools.cache
-def _cu_sync() -> ctypes.PyDLL:
-    cu = pydll("libcuda.so.1")
-    vp, i, u = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
-    bind(cu, [("cuEventCreate", i, (ctypes.POINTER(vp), u)), ("cuEventRecord", i, (vp, vp)),
-              ("cuStreamWaitEvent", i, (vp, vp, u)), ("cuCtxGetCurrent", i, (ctypes.POINTER(vp),)),
-              ("cuCtxSetCurrent", i, (vp,))])
-    return cu
-
-
-_THREAD = threading.local()
-_CU_EVENT_DISABLE_TIMING: Final = 0x2
-
-
-def stream_wait(waiter: int, signaller: int, context: int) -> None:
-    """Make CUDA stream ``waiter`` wait (on the device, the host does not block) for the work queued so far on
-    ``signaller``; both ``CUstream`` handles of ``context``, 0 = the legacy default stream.
-
-    One event per thread, re-recorded each time: a wait already enqueued keeps the state the event had then.
-    """
-    cu = _cu_sync()
-    events: dict[int, int] = _THREAD.__dict__.setdefault("events", {})
-    event = events.get(context)
-    if event is None:
-        current = ctypes.c_void_p()
-        check_cu(cu.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
-        if current.value != context:
-            check_cu(cu.cuCtxSetCurrent(context), "cuCtxSetCurrent")
-        created = ctypes.c_void_p()
-        check_cu(cu.cuEventCreate(ctypes.byref(created), _CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-        event = events[context] = created.value
-    check_cu(cu.cuEventRecord(event, signaller), "cuEventRecord")
-    check_cu(cu.cuStreamWaitEvent(waiter, event, 0), "cuStreamWaitEvent")
-
-
 @contextmanager
-def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, *,
+def mapped_cuda_frame(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, *,
                        device: int | None = None) -> Iterator[RawFrame]:
     """Zero-copy ``RawFrame`` of a CUDA-memory buffer; valid only inside the with-block (R10).
 
@@ -347,19 +242,19 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
 
     ff = as_frame_format(info)
     fmt = ff.name
-    if fmt not in _N_PLANES:
+    if fmt not in SUPPORTED_FORMATS:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported on CUDA memory; use one of "
                                      f"{list(SUPPORTED_FORMATS)}")
     mem = _cuda_memory(buf)
     cmem = GstCudaMemoryC.from_address(mem)
     dev = _cuda_device(device_index(device))
-    mem_ctx = c_address(_native().cuda_gst.gst_cuda_context_get_handle(cmem.context)) if cmem.context else 0
+    mem_ctx = c_address(gst_cuda_calls().cuda_gst.gst_cuda_context_get_handle(cmem.context)) if cmem.context else 0
     if mem_ctx != torch_context_handle(dev.index):
         raise CudaContextMismatchError(mismatch_message(mem_ctx, torch_context_handle(dev.index), dev.index))
     strides, offsets = _memory_layout(cmem, ff)
     layouts, nbytes = _layouts(fmt, ff.width, ff.height, strides, offsets)
     mapinfo = GstMapInfoC()
-    if not _native().gst.gst_memory_map(mem, ctypes.byref(mapinfo), GST_MAP_READ | GST_MAP_CUDA):
+    if not gst_cuda_calls().gst.gst_memory_map(mem, ctypes.byref(mapinfo), GST_MAP_READ | GST_MAP_CUDA):
         raise RuntimeError("gst_memory_map(GST_MAP_READ | GST_MAP_CUDA) failed")
     try:
         if nbytes > mapinfo.size:
@@ -376,4 +271,4 @@ def mapped_cuda_frames(buf: Gst.Buffer, info: GstVideo.VideoInfo | FrameFormat, 
         finally:
             stream_wait(gst_stream, consumer, context)
     finally:
-        _native().gst.gst_memory_unmap(mem, ctypes.byref(mapinfo))
+        gst_cuda_calls().gst.gst_memory_unmap(mem, ctypes.byref(mapinfo))

@@ -5,20 +5,20 @@ context cannot be read by torch's kernels, so the pipeline must use torch's prim
 ``share_torch_context(pipeline | bus | element)``, or the building blocks ``torch_gst_context``,
 ``answer_need_context`` (bus sync handler), ``answer_context_query`` / ``check_gst_context`` (an element's query /
 ``do_set_context`` path). A frame from another context raises ``CudaContextMismatchError`` (in
-``frames.cuda.mapped_cuda_frames``).
+``frames.cuda.mapped_cuda_frame``).
 
 Nothing here imports torch or gi at module import.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.errors import ConfigError
-from inferstream.gstnative import bind, cdll
+from inferstream.native.cuda import primary_context
+from inferstream.native.gst import c_address
 
 if TYPE_CHECKING:
     from gi.repository import Gst, GstCuda
@@ -38,32 +38,6 @@ def mismatch_message(memory_ctx: int, torch_ctx: int, device: int) -> str:
             f"one: call inferstream.frames.cuda_context.share_torch_context(pipeline) before the pipeline leaves "
             f"NULL, or answer NEED_CONTEXT '{CUDA_CONTEXT_TYPE}' messages with answer_need_context() in a bus sync "
             f"handler.")
-
-
-@functools.cache
-def _libcuda() -> ctypes.CDLL:
-    cu = cdll("libcuda.so.1")
-    vp, i = ctypes.c_void_p, ctypes.c_int
-    bind(cu, [("cuInit", i, (ctypes.c_uint,)), ("cuDeviceGet", i, (ctypes.POINTER(i), i)),
-              ("cuDevicePrimaryCtxRetain", i, (ctypes.POINTER(vp), i))])
-    return cu
-
-
-def check_cu(result: int, call: str) -> None:
-    """Raise on a CUDA driver error code (``CUresult`` != 0), naming the call."""
-    if result != 0:
-        raise RuntimeError(f"{call} failed: CUresult {result}")
-
-
-def c_address(value: Any) -> int:
-    """A C pointer as int, whether it came back as an int, None or a PyCapsule (GI ``gpointer`` returns)."""
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    return int(get(value, None) or 0)
 
 
 def device_index(device: int | None) -> int:
@@ -89,14 +63,7 @@ def torch_context_handle(device: int) -> int:
     import torch
 
     torch.cuda.init()
-    cu = _libcuda()
-    check_cu(cu.cuInit(0), "cuInit")
-    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
-    check_cu(cu.cuDeviceGet(ctypes.byref(dev), device), f"cuDeviceGet({device})")
-    check_cu(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev.value), "cuDevicePrimaryCtxRetain")
-    if not ctx.value:
-        raise RuntimeError(f"cuDevicePrimaryCtxRetain returned no context for cuda:{device}")
-    return int(ctx.value)
+    return primary_context(device)
 
 
 _CONTEXTS: dict[int, tuple[GstCuda.CudaContext, Gst.Context]] = {}

@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from inferstream.frames.raw import RawFrame
     from inferstream.frames.system import FrameFormat
+    from inferstream.rawframe import RawFrame
 
 MEMORY_KINDS: Final = ("system", "cuda", "nvmm")
 
@@ -41,7 +41,7 @@ def frame_mapper(kind: str, fmt: FrameFormat | None, device: int | None = None) 
     if kind == "cuda":
         from inferstream.frames import cuda
 
-        return lambda buf: cuda.mapped_cuda_frames(buf, fmt, device=device)
+        return lambda buf: cuda.mapped_cuda_frame(buf, fmt, device=device)
     raise ValueError(f"no per-frame mapping for {kind!r} memory (one of {list(MEMORY_KINDS[:2])})")
 
 

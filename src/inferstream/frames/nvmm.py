@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.errors import UnsupportedFormatError
-from inferstream.frames.raw import RawFrame
+from inferstream.rawframe import RawFrame
 
 if TYPE_CHECKING:
     import torch
@@ -121,5 +121,5 @@ def mapped_nvmm_batch(buf: Gst.Buffer) -> Iterator[tuple[Any, list[tuple[BatchSl
         raise UnsupportedFormatError("NVMM buffer without NvDsBatchMeta: put nvstreammux upstream of pyinfer")
     batch_meta = batch.batch_meta
     slots = batch_slots(batch_meta.frame_items)
-    frames = [tensor_frame(torch.from_dlpack(batch.extract(slot.batch_id))) for slot, _ in slots]
+    frames = [tensor_frame(torch.utils.dlpack.from_dlpack(batch.extract(slot.batch_id))) for slot, _ in slots]
     yield batch_meta, slots, frames

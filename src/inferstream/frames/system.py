@@ -1,6 +1,7 @@
 """System-memory video buffers as zero-copy tensor views (numpy view of the mapped buffer → torch, no host copy)."""
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,16 +12,10 @@ import numpy as np
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstVideo", "1.0")
-from gi.repository import Gst, GstVideo  # noqa: E402
+from gi.repository import Gst, GstVideo
 
-from inferstream.errors import UnsupportedFormatError  # noqa: E402
-from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame  # noqa: E402
-
-# Mapped READ memory is read-only; torch warns once when viewing it. We never write through these views.
-warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-
-SUPPORTED_FORMATS: tuple[str, ...] = PACKED_FORMATS + PLANAR_FORMATS
-_CHANNELS = {f: 3 if len(f) == 3 else 4 for f in PACKED_FORMATS}
+from inferstream.errors import UnsupportedFormatError
+from inferstream.rawframe import SUPPORTED_FORMATS, RawFrame, plane_specs
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +52,20 @@ def _layout(buf: Gst.Buffer, fmt: FrameFormat) -> tuple[list[int], list[int]]:
     return list(fmt.strides), list(fmt.offsets)
 
 
+@functools.cache
+def _spend_readonly_warning() -> None:
+    """Mapped READ memory is read-only, and torch warns (once per process) when viewing it; we never write through
+    these views. The warning is spent here on a throwaway array, under a local filter, instead of a process-wide
+    filter that would hide it from the user's own code too."""
+    import torch
+
+    readonly = np.zeros(1, np.uint8)
+    readonly.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.from_numpy(readonly)
+
+
 def _plane(data: memoryview, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
     return np.ndarray(shape, np.uint8, buffer=data, offset=offset, strides=strides)
 
@@ -74,20 +83,11 @@ def frame_from_mapped(data: memoryview, fmt: str, width: int, height: int, strid
     """
     import torch
 
-    if fmt in _CHANNELS:
-        c = _CHANNELS[fmt]
-        planes = (_plane(data, offsets[0], (height, width, c), (strides[0], c, 1)),)
-    elif fmt == "NV12":
-        ch, cw = (height + 1) // 2, (width + 1) // 2
-        planes = (_plane(data, offsets[0], (height, width), (strides[0], 1)),
-                  _plane(data, offsets[1], (ch, cw, 2), (strides[1], 2, 1)))
-    elif fmt == "I420":
-        ch, cw = (height + 1) // 2, (width + 1) // 2
-        planes = (_plane(data, offsets[0], (height, width), (strides[0], 1)),
-                  _plane(data, offsets[1], (ch, cw), (strides[1], 1)),
-                  _plane(data, offsets[2], (ch, cw), (strides[2], 1)))
-    else:
+    if fmt not in SUPPORTED_FORMATS:
         raise UnsupportedFormatError(f"video format {fmt!r} is not supported; use one of {list(SUPPORTED_FORMATS)}")
+    _spend_readonly_warning()
+    planes = [_plane(data, offsets[i], shape, (strides[i], *inner))
+              for i, (shape, inner) in enumerate(plane_specs(fmt, width, height))]
     return RawFrame(fmt, width, height, tuple(torch.from_numpy(p) for p in planes), colorimetry[0], colorimetry[1])
 
 

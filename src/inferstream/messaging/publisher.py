@@ -277,7 +277,7 @@ class Publisher:
             self._loop()
         except BrokerRejectedError as exc:
             self._emit("error", "rejected", f"{exc}; stopped sending ({self._pending()} message(s) unsent)")
-        except Exception as exc:  # noqa: BLE001 - reported, then the buffers are saved
+        except Exception as exc:  # noqa: BLE001
             self._emit("error", "worker-error", f"publisher worker stopped: {type(exc).__name__}: {exc}")
         finally:
             self._finish()
@@ -403,7 +403,7 @@ class Publisher:
             done, failure, rejected = exc.confirmed, exc, exc
         except BrokerError as exc:
             done, failure = exc.confirmed, exc
-        except Exception as exc:  # noqa: BLE001 - a client bug is handled like a lost connection
+        except Exception as exc:  # noqa: BLE001
             done, failure = 0, exc
         if from_spool:
             assert self._spool is not None

@@ -49,7 +49,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import yaml  # type: ignore[import-untyped]  # types-PyYAML not in the venv
+import yaml
 
 from inferstream import __version__
 from inferstream.errors import ConfigError

@@ -137,7 +137,7 @@ class Spool:
         self.write_errors = 0  # writes the disk refused (ENOSPC, EIO, ...); the last one in last_error
         self.last_error: OSError | None = None
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.dir / ".lock", "a+b")  # noqa: SIM115 - held for the spool's lifetime
+        self._lock = open(self.dir / ".lock", "a+b")  # noqa: SIM115 (held, and locked, until close())
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -303,7 +303,7 @@ class Spool:
             self._writer = None
         seq = self._segments[-1].seq + 1 if self._segments else self._read_cursor()[0] + 1
         path = self._path(seq)
-        self._writer = open(path, "ab", buffering=0)  # noqa: SIM115 - closed on roll / close
+        self._writer = open(path, "ab", buffering=0)  # noqa: SIM115 (the open segment, closed on rotation)
         self._segments.append(_Segment(seq, path, 0, 0))
         return True
 
@@ -337,7 +337,7 @@ class Spool:
         if self._writer is not None and seg is self._segments[-1]:
             self._writer.flush()
         if self._reader is None:
-            self._reader = open(seg.path, "rb")  # noqa: SIM115 - closed when the segment is done
+            self._reader = open(seg.path, "rb")  # noqa: SIM115 (the read segment, closed when consumed)
         out: list[Message] = []
         for msg, end in _read_records(self._reader, self._cursor):
             out.append(msg)

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from inferstream.gstnative import buffer_address, cdll
+from inferstream.native.gst import buffer_address, cdll
 
 if TYPE_CHECKING:
     from gi.repository import Gst

@@ -91,7 +91,7 @@ def set_infer_done(buf: Gst.Buffer, batch_ids: Collection[int]) -> int:
     Raises:
         MetaWriteError: DeepStream's metadata libraries do not load.
     """
-    from inferstream.gstnative import buffer_address
+    from inferstream.native.gst import buffer_address
 
     gst_meta, meta = _libs()
     batch = gst_meta.gst_buffer_get_nvds_batch_meta(buffer_address(buf))

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from inferstream.errors import MetaWriteError
-from inferstream.gstnative import bind, buffer_address
-from inferstream.meta._analytics_c import REL_CONTAIN, REL_RELATE_TO, Mtd, analytics, quark, quark_name
 from inferstream.meta.gstanalytics import PRODUCER_PREFIX, _related, _relation_meta
+from inferstream.native.analytics import REL_CONTAIN, REL_RELATE_TO, Mtd, analytics, quark, quark_name
+from inferstream.native.gst import bind, buffer_address
 
 if TYPE_CHECKING:
     from gi.repository import Gst
@@ -38,7 +38,7 @@ class Classification(NamedTuple):
 
 @functools.cache
 def _lib() -> ctypes.PyDLL:
-    """The analytics library with the ClsMtd calls ``_analytics_c`` does not bind."""
+    """The analytics library with the ClsMtd calls ``native.analytics`` does not bind."""
     lib = analytics().lib
     vp, sz, pm = ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(Mtd)
     bind(lib, [("gst_analytics_relation_meta_add_cls_mtd", ctypes.c_int,

@@ -7,7 +7,7 @@ Conventions (see DESIGN.md "Metadata contract"):
   * the producer (nvinfer's ``unique-id``) is recoverable: one ``ClsMtd`` per producer and buffer with quark
     ``inferstream/producer/<id>``, related ``CONTAIN`` to each ODMtd it produced;
   * tracking: a ``TrackingMtd`` related ``RELATE_TO`` from the ODMtd (what objectdetectionoverlay and ioutracker use).
-Works with GStreamer 1.26 and 1.28. The per-object calls go through ctypes (``_analytics_c``), not PyGObject: the
+Works with GStreamer 1.26 and 1.28. The per-object calls go through ctypes (``native.analytics``), not PyGObject: the
 GI calls released the GIL each time, which made metadata cost milliseconds per frame with many streaming threads.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from inferstream.errors import MetaWriteError
-from inferstream.gstnative import buffer_address, buffer_pts
 from inferstream.meta import handoff
-from inferstream.meta._analytics_c import REL_CONTAIN, REL_RELATE_TO, Loops, Mtd, analytics, loops, quark, quark_name
+from inferstream.native.analytics import REL_CONTAIN, REL_RELATE_TO, Loops, Mtd, analytics, loops, quark, quark_name
+from inferstream.native.gst import buffer_address, buffer_pts
 
 if TYPE_CHECKING:
     import numpy as np

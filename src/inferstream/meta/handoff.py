@@ -1,7 +1,7 @@
 """What ``write_detections`` just attached to a buffer, left for the next ``read_detections`` in this process.
 
 pytracker, right after pyinfer, read back box by box through the C API exactly what pyinfer had in hand: on
-``bench/host_overhead_cpu.py`` that read was ~10 % of the host work per frame. So the writer leaves what it wrote,
+``bench/host_overhead_cpu.py`` that read was a visible share of the host work per frame. So the writer leaves what it wrote,
 keyed by the buffer, and the next reader takes it (once) if the buffer still holds the same relation meta, with
 the same number of entries, the same timestamp and the same first box. An element in between that adds, drops or
 copies metadata changes one of these, and the reader then reads the buffer as usual. Only a write into a buffer

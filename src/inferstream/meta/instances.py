@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inferstream.errors import MetaWriteError
-from inferstream.gstnative import bind, buffer_address, pydll
-from inferstream.meta._analytics_c import REL_RELATE_TO, Mtd, analytics, quark
+from inferstream.native.analytics import REL_RELATE_TO, Mtd, analytics, quark
+from inferstream.native.gst import bind, buffer_address, pydll
 
 if TYPE_CHECKING:
     from gi.repository import Gst

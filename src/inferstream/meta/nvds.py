@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gi.repository import Gst
 
     from inferstream.detections import Detections
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 # frames -> (their detections, the model's labels); e.g. BatchGroup.infer_batch bound to the decode params
 InferBatch = Callable[[list["RawFrame"]], tuple[list["Detections"], Sequence[str]]]

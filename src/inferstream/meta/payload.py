@@ -23,15 +23,15 @@ from typing import Any, Final
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.gstnative import buffer_address, cdll  # noqa: E402
+from inferstream.native.gst import buffer_address, cdll
 
 PAYLOAD_META: Final = "inferstream-payload"
 
 
 # one GValue type for every module that binds these (shared) libraries: ctypes checks argtypes by identity
-from inferstream.meta._custom import _G_TYPE_STRING, _G_TYPE_UINT64, _PV, _GValue  # noqa: E402
+from inferstream.meta._custom import _G_TYPE_STRING, _G_TYPE_UINT64, _PV, _GValue
 
 
 @dataclass(frozen=True, slots=True)

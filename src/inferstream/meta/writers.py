@@ -25,8 +25,8 @@ class AnalyticsWriter:
     """
 
     def __init__(self, unique_id: int) -> None:
-        from inferstream.meta._analytics_c import loops as analytics_loops
         from inferstream.meta.gstanalytics import producer_quark
+        from inferstream.native.analytics import loops as analytics_loops
 
         self.producer = producer_quark(unique_id)
         analytics_loops()  # build or load the compiled loops now, not while the first batch waits

@@ -140,7 +140,7 @@ def _candidates(
     from inferstream.ops.nms import by_image_then_score, rank_in_image
 
     # the best class score of every anchor, then the class of the few above ``conf`` only: ``max(dim=1)`` with
-    # indices over all anchors costs 12x ``amax`` on the CPU (0.65 vs 0.05 ms for one 80-class 640 image)
+    # indices over all anchors costs many times ``amax`` on the CPU (BENCHMARKS.md, *Figures from the code*)
     conf = pred[:, 4 : 4 + nc].amax(dim=1)  # [B, A]
     img, anchor = (conf > params.min_conf).nonzero(as_tuple=True)
     scores = conf[img, anchor].float()

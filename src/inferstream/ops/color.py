@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 import torch
 
-from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
+from inferstream.rawframe import PACKED_FORMATS, PLANAR_FORMATS, RawFrame
 
 if TYPE_CHECKING:
     from torch import Tensor

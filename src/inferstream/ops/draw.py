@@ -18,7 +18,7 @@ from inferstream.ops.font5x7 import GLYPH_H, GLYPH_W, GLYPHS
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 # channel positions of R, G, B in each packed format
 _RGB_INDEX: Final = {"RGB": (0, 1, 2), "BGR": (2, 1, 0), "RGBA": (0, 1, 2), "BGRA": (2, 1, 0), "RGBx": (0, 1, 2),
@@ -92,7 +92,8 @@ def rotated_corners(cx: float, cy: float, w: float, h: float, angle_rad: float) 
     c, s = math.cos(angle_rad), math.sin(angle_rad)
     local = np.array([[-w / 2, -h / 2], [w / 2, -h / 2], [w / 2, h / 2], [-w / 2, h / 2]])
     rot = np.array([[c, s], [-s, c]])  # row vectors: [x, y] @ rot = [x c - y s, x s + y c]
-    return local @ rot + np.array([cx, cy])
+    corners: np.ndarray = local @ rot + np.array([cx, cy])
+    return corners
 
 
 def polygon_outline(corners: np.ndarray, thickness: int) -> tuple[np.ndarray, np.ndarray]:

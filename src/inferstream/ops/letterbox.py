@@ -5,7 +5,7 @@ The geometry is ultralytics' ``LetterBox(auto=False, center=True, scaleup=True)`
 split ``round(d / 2 - 0.1)`` before and ``round(d / 2 + 0.1)`` after, pad value 114. The resize is bilinear with
 half-pixel centres and no antialiasing, in cv2's own uint8 fixed-point arithmetic (``INTER_LINEAR``), so the model
 sees the levels ultralytics' ``LetterBox`` produces; then they are divided by 255. That exact path is the default
-on CPU; on CUDA the default is ``fast_letterbox``'s float version (≤ 5 levels off, many times faster there).
+on CPU; on CUDA the default is ``letterbox_float``'s float version (≤ 5 levels off, many times faster there).
 
 The inverse follows ultralytics' ``scale_boxes``: per-axis gains ``new_w / w`` and ``new_h / h`` (the rounded
 resized size over the frame size), so boxes map back exactly onto the pixels that were resized.
@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import torch
 
 from inferstream.ops.color import to_rgb_nchw
-from inferstream.ops.fast_letterbox import resize_rgb_into
+from inferstream.ops.letterbox_float import resize_rgb_into
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 PAD_VALUE = 114
 Param: TypeAlias = "Tensor | float"  # a number, or one value per box as Tensor[N, 1]
@@ -155,10 +155,10 @@ def preprocess_batch(
         device: where the batch is built (pixels are uploaded in their source format, then converted there).
         dtype: floating dtype of the result.
         exact: True: convert at full resolution, then resize, bit-exact to videoconvert + cv2 (see above).
-            False: convert in float at full resolution, then resize (``fast_letterbox``: a fixed number of
+            False: convert in float at full resolution, then resize (``letterbox_float``: a fixed number of
             kernels per group, not bit-exact). None: exact unless ``device`` is CUDA, where the exact path costs
             more than most models.
-        resize_first: with the fast path, resize YUV planes before converting them (``fast_letterbox``'s
+        resize_first: with the fast path, resize YUV planes before converting them (``letterbox_float``'s
             cheapest mode, tens of levels off at saturated edges).
         stretch: resize every frame to the whole input (no letterbox, no padding).
         pad_value: the padding's level (0..255).
@@ -327,8 +327,7 @@ def _resize(rgb: Tensor, new_h: int, new_w: int) -> Tensor:
     Reproducing that makes downscaled frames bit-identical to ``cv2.resize`` (upscaling: >99 % of pixels, the
     rest one level off, where cv2 finishes a row with its scalar kernel). On the CPU, where OpenCV is installed
     (the ultralytics extra brings it), ``cv2.resize`` itself runs, one plane at a time: identical to cv2 on the packed
-    frame, upscaling included, and ~15x faster than the emulation (35 vs 510 ms for 768x576 -> 640x480 on a loaded
-    2-core VM).
+    frame, upscaling included, and much faster than the emulation (BENCHMARKS.md, *Figures from the code*).
     """
     if rgb.shape[-2:] == (new_h, new_w):
         return rgb.float()

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from inferstream.batching import Member
     from inferstream.detections import Detections
     from inferstream.meta.gstanalytics import FrameMeta
-    from inferstream.serial import SerialWorker
+    from inferstream.shared_worker import SerialWorker
     from inferstream.tracking import Tracker, TrackResult
 
 DEFAULT_FRAME_NS = 33_333_333  # used only when buffers carry no pts
@@ -57,6 +57,14 @@ class TrackStage:
     def seated(self) -> bool:
         """A pyinfer's runner tracks this stream's frames (see the module docstring)."""
         return self._seat is not None
+
+    def track_together(self, frames: list[tuple[Any, Any]]) -> None:
+        """The batch group's call once a batch is delivered: every seated stage's frame at once (``track_batch``)."""
+        track_batch(frames)
+
+    def leave(self) -> None:
+        """The batch group's call when this stage's stream leaves it."""
+        unseat(self)
 
     def restart(self) -> None:
         """The stream starts again (a flushing seek): no tracks, no time."""
@@ -116,7 +124,7 @@ class TrackStage:
                 self._write_predicted(buf, result)
 
     def _pts(self, buf: Any) -> int:
-        from inferstream.gstnative import buffer_pts
+        from inferstream.native.gst import buffer_pts
 
         pts = buffer_pts(buf)
         if pts == CLOCK_TIME_NONE:

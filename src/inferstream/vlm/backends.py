@@ -169,7 +169,7 @@ class TransformersBackend:
             texts: list[str | VlmRequestError]
             try:
                 texts = list(self._generate(ready))
-            except Exception:  # noqa: BLE001 - one bad request must not fail the batch: run them one by one
+            except Exception:  # noqa: BLE001
                 texts = [self._generate_one(item) for item in ready]
             todo = iter(texts)
             for i, req in enumerate(requests):
@@ -182,7 +182,7 @@ class TransformersBackend:
     def _generate_one(self, item: tuple[VlmRequest, str]) -> str | VlmRequestError:
         try:
             return self._generate([item])[0]
-        except Exception as exc:  # noqa: BLE001 - the model or processor refused this request
+        except Exception as exc:  # noqa: BLE001
             return VlmRequestError("model", f"generate failed: {type(exc).__name__}: {exc}")
 
     def _generate(self, ready: list[tuple[VlmRequest, str]]) -> list[str]:

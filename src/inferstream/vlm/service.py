@@ -164,7 +164,7 @@ class VlmService:
                 else:
                     with self._run_lock:
                         answers = self.backend.answer(requests)
-            except Exception as exc:  # noqa: BLE001 - a backend bug must not kill the worker: fail the batch
+            except Exception as exc:  # noqa: BLE001
                 err = VlmRequestError("model", f"{type(exc).__name__}: {exc}")
                 answers = [VlmAnswer(req, error=err) for req in requests]
             for (_, client), answer in zip(batch, answers):

@@ -11,7 +11,7 @@ import gi
 import numpy as np
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402  (after require_version)
+from gi.repository import Gst
 
 OUT = Path(__file__).with_name("videoconvert_golden.npz")
 SIZES = ((37, 23), (16, 12))  # (width, height): odd and even

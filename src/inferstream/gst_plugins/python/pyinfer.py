@@ -2,9 +2,9 @@
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.elements.pyinfer import PyInfer  # noqa: E402
+from inferstream.elements.pyinfer import PyInfer
 
 Gst.init_python()
 __gstelementfactory__ = ("pyinfer", Gst.Rank.NONE, PyInfer)

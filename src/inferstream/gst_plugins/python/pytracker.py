@@ -2,9 +2,9 @@
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.elements.pytracker import PyTracker  # noqa: E402
+from inferstream.elements.pytracker import PyTracker
 
 Gst.init_python()
 __gstelementfactory__ = ("pytracker", Gst.Rank.NONE, PyTracker)

@@ -53,7 +53,7 @@ class JsonlFileClient:
         self.close()
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self._path, "ab")  # noqa: SIM115 - lives until close()
+            self._file = open(self._path, "ab")  # noqa: SIM115 (held until close())
         except OSError as exc:
             raise BrokerUnavailableError(f"file {self._path}: {exc.strerror or exc}") from exc
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferstream.ops import nvrtc
-from inferstream.ops.fused_letterbox import SOURCE
+from inferstream.native import nvrtc
+from inferstream.ops.letterbox_kernel import SOURCE
 
 
 def _require_nvrtc() -> None:
@@ -16,7 +16,7 @@ def _require_nvrtc() -> None:
 
 
 @pytest.mark.parametrize("arch", [(7, 5), (8, 6), (9, 0)])  # T4, A10/RTX 30xx, H100/H200
-def test_fused_letterbox_source_compiles_with_both_kernels(arch: tuple[int, int]) -> None:
+def test_letterbox_kernel_source_compiles_with_both_kernels(arch: tuple[int, int]) -> None:
     _require_nvrtc()
     cubin = nvrtc.compile_cubin(SOURCE, arch)
     assert cubin.startswith(b"\x7fELF")

@@ -1,17 +1,17 @@
-"""``fast_letterbox``'s YUV 4:2:0 path as one CUDA kernel per group: every output pixel in one pass.
+"""``letterbox_float``'s YUV 4:2:0 path as one CUDA kernel per group: every output pixel in one pass.
 
 The torch-op version converts the whole group at full resolution (gather, chroma upsampling, three affine
-terms, clamp, round: about six full-resolution passes and 13 kernels) and only then resizes. For 32 frames of
-1080p that is 3.3 ms on an H200, over a quarter of the model's time (the kernel: 0.55 ms). Here each
+terms, clamp, round: about six full-resolution passes and 13 kernels) and only then resizes; on a GPU that is a
+large share of the model's time (BENCHMARKS.md, *Figures from the code*). Here each
 thread computes one letterboxed pixel: it converts the four source pixels its bilinear tap reads, exactly as
-``fast_letterbox`` defines them (chroma upsampled as there, ``color.yuv_affine``, clamped to [0, 255] and rounded
+``letterbox_float`` defines them (chroma upsampled as there, ``color.yuv_affine``, clamped to [0, 255] and rounded
 to whole levels), blends them with ``interpolate``'s half-pixel weights and writes RGB / 255 into the canvas.
 The planes are read where they are, through a table of per-frame pointers and pitches passed by value: no gather
 copy and no host-to-device transfer.
 
 Same arithmetic as the torch ops in float32 (the torch path rounds intermediates to the canvas dtype when it is
-fp16), so the two agree within a level; ``tests/ops/test_fused_letterbox.py`` pins it. Used by
-``fast_letterbox.resize_rgb_into`` whenever the frames already live on the canvas's CUDA device; elsewhere, or
+fp16), so the two agree within a level; ``tests/ops/test_letterbox_kernel.py`` pins it. Used by
+``letterbox_float.resize_rgb_into`` whenever the frames already live on the canvas's CUDA device; elsewhere, or
 where NVRTC is missing, the torch ops run (one warning).
 """
 from __future__ import annotations
@@ -21,14 +21,14 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from inferstream.native.nvrtc import KernelUnavailable, load_kernels
 from inferstream.ops.color import yuv_affine
-from inferstream.ops.nvrtc import KernelUnavailable, load_kernels
 
 if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 _log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ __device__ __forceinline__ void taps(float scale, int dst, int size, int& i0, in
     frac = src - i0;
 }
 
-// RGB levels (clamped, rounded) of full-resolution pixel (x, y) of frame i, as fast_letterbox converts it
+// RGB levels (clamped, rounded) of full-resolution pixel (x, y) of frame i, as letterbox_float converts it
 __device__ __forceinline__ void rgb_at(const Planes& p, const Geometry& g, int i, int x, int y, float rgb[3]) {
     const unsigned char* luma = (const unsigned char*)p.luma[i];
     float yv = luma[(long long)y * p.luma_pitch[i] + x];
@@ -145,7 +145,7 @@ _failed: set[int] = set()  # devices where the kernel could not be built: warned
 
 
 def letterbox_yuv420_into(frames: Sequence[RawFrame], out: Tensor) -> bool:
-    """Write ``fast_letterbox.resize_rgb_into(frames, out)`` with the fused kernel, if it applies.
+    """Write ``letterbox_float.resize_rgb_into(frames, out)`` with the fused kernel, if it applies.
 
     Args:
         frames: one group (same format, size, colorimetry), NV12 or I420, checked by the caller.

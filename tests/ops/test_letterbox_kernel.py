@@ -1,8 +1,8 @@
-"""The fused CUDA letterbox kernel (``ops.fused_letterbox``) against ``fast_letterbox``'s torch ops on the CPU.
+"""The fused CUDA letterbox kernel (``ops.letterbox_kernel``) against ``letterbox_float``'s torch ops on the CPU.
 
 Same definition, compared in float32 (the torch ops round every intermediate to the canvas dtype when it is fp16,
 the kernel only its output), so they agree within a level; the torch ops' distance to the exact path is pinned in
-``test_fast_letterbox.py``. Synthetic scenes (gradients, noise, saturated blocks with sharp edges: the pixels where
+``test_letterbox_float.py``. Synthetic scenes (gradients, noise, saturated blocks with sharp edges: the pixels where
 clamping matters), so the test needs no data files on the GPU machine.
 """
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from inferstream.frames.raw import RawFrame
-from inferstream.ops.fused_letterbox import MAX_FRAMES, letterbox_yuv420_into
 from inferstream.ops.letterbox import preprocess_batch
+from inferstream.ops.letterbox_kernel import MAX_FRAMES, letterbox_yuv420_into
+from inferstream.rawframe import RawFrame
 
-from .test_fast_letterbox import _frame
+from .test_letterbox_float import _frame
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

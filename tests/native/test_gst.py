@@ -1,12 +1,12 @@
-"""gstnative: the struct reads that replace gst-python calls on per-frame paths agree with gst-python."""
+"""native.gst: the struct reads that replace gst-python calls on per-frame paths agree with gst-python."""
 from __future__ import annotations
 
 import gi
 
 gi.require_version("Gst", "1.0")
-from gi.repository import Gst  # noqa: E402
+from gi.repository import Gst
 
-from inferstream.gstnative import buffer_pts  # noqa: E402
+from inferstream.native.gst import buffer_pts
 
 Gst.init(None)
 

@@ -1,8 +1,8 @@
 """Run the per-frame Python of many streaming threads on one shared thread, one job after another.
 
 With N streams, N GStreamer streaming threads each run a few hundred microseconds of Python per frame under one
-GIL. Measured on the H200 host at 16 streams: ByteTrack.update took 10.5 ms of wall time per call for ~0.3 ms of
-work. The time went to GIL hand-offs between threads, not to computing. A streaming thread that hands its job
+GIL, and most of their wall time goes to GIL hand-offs between threads, not to computing (BENCHMARKS.md, *Figures
+from the code*). A streaming thread that hands its job
 to a ``SerialWorker`` only queues it and sleeps (the GIL released) until it is done. The worker runs the queued
 jobs back to back, so there are two GIL hand-offs per job instead of one per preemption.
 
@@ -12,8 +12,8 @@ thread coming back from the GPU, then waits one job at most instead of the switc
 
 ``priority()`` marks latency-critical work, such as a batch on its way through the GPU: no worker starts a job
 while one is open (for ``MAX_HOLD_S`` at most). A batch makes dozens of torch calls, each of which releases the GIL
-and then waits to get it back; with a worker busy in Python meanwhile each wait lasted up to one job, and on the
-H200 at 32 streams a batch that needs ~5 ms alone took 20 ms. Held back, the worker leaves the GIL to the batch.
+and then waits to get it back; with a worker busy in Python meanwhile each wait lasted up to one job, which
+stretched a batch several times over. Held back, the worker leaves the GIL to the batch.
 
 No GStreamer here: jobs are plain callables. A job's exception is raised in the thread that submitted it.
 """

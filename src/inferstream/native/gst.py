@@ -16,6 +16,8 @@ import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from inferstream.native.structs import GstBufferHeadC
+
 if TYPE_CHECKING:
     from gi.repository import Gst
 
@@ -40,21 +42,7 @@ def bind(lib: ctypes.CDLL, specs: Iterable[tuple[str, Any, tuple[Any, ...]]]) ->
         fn.restype, fn.argtypes = restype, list(argtypes)
 
 
-class GstMiniObjectC(ctypes.Structure):
-    """``GstMiniObject`` (gst/gstminiobject.h), the head of every buffer and memory."""
-
-    _fields_ = [("type", ctypes.c_size_t), ("refcount", ctypes.c_int), ("lockstate", ctypes.c_int),
-                ("flags", ctypes.c_uint), ("copy", ctypes.c_void_p), ("dispose", ctypes.c_void_p),
-                ("free", ctypes.c_void_p), ("priv_uint", ctypes.c_uint), ("priv_pointer", ctypes.c_void_p)]
-
-
-class _GstBufferHeadC(ctypes.Structure):
-    """The public head of ``GstBuffer`` (gst/gstbuffer.h), as far as the pts."""
-
-    _fields_ = [("mini_object", GstMiniObjectC), ("pool", ctypes.c_void_p), ("pts", ctypes.c_uint64)]
-
-
-_PTS_OFFSET = _GstBufferHeadC.pts.offset
+_PTS_OFFSET = GstBufferHeadC.pts.offset
 _read_u64 = ctypes.c_uint64.from_address
 
 
@@ -68,3 +56,23 @@ def buffer_address(buf: Gst.Buffer) -> int:
     """``GstBuffer*`` of a gst-python buffer: ``__ptr__()`` since gst-python 1.28, the boxed hash (the pointer)
     before."""
     return int(buf.__ptr__() if hasattr(buf, "__ptr__") else hash(buf))
+
+
+def c_address(value: Any) -> int:
+    """A C pointer as int, whether it came back as an int, None or a PyCapsule (GI ``gpointer`` returns)."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return int(get(value, None) or 0)
+
+
+@functools.cache
+def gst_version() -> tuple[int, int]:
+    """The running GStreamer's (major, minor), from ``gst_version`` of the library gi loaded."""
+    lib = pydll("libgstreamer-1.0.so.0")
+    parts = [ctypes.c_uint() for _ in range(4)]
+    lib.gst_version(*map(ctypes.byref, parts))
+    return parts[0].value, parts[1].value

@@ -1,8 +1,8 @@
-"""The GstAnalytics C calls ``meta.gstanalytics`` makes per object, bound through ``gstnative.pydll``.
+"""The GstAnalytics C calls ``meta.gstanalytics`` makes per object, bound through ``native.gst.pydll``.
 
 A frame with 20 detections costs ~100 of these calls to write or read. Through PyGObject each one released the
-GIL (see ``gstnative``): under 16-32 streaming threads, reading one frame's detections took 7.8 ms on the H200
-host instead of ~0.3 ms. Bound here they keep the GIL and cost well under a microsecond each.
+GIL (see ``native.gst``), and under many streaming threads each re-acquisition waited for another thread's Python
+(BENCHMARKS.md, *Figures from the code*). Bound here they keep the GIL.
 
 API used exists since GStreamer 1.24 (oriented boxes: 1.26). Mtd ids are the indices 0..length-1 of the relation
 meta (``gst_analytics_relation_meta_get_mtd`` rejects any id >= length), so a handle is built, not looked up.
@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import Final
 
-from inferstream.gstnative import bind, pydll
+from inferstream.native.gst import bind, pydll
 
 REL_CONTAIN: Final = 1 << 2  # GST_ANALYTICS_REL_TYPE_CONTAIN
 REL_RELATE_TO: Final = 1 << 3  # GST_ANALYTICS_REL_TYPE_RELATE_TO
@@ -82,7 +82,7 @@ def quark(name: str) -> int:
     return int(analytics().glib.g_quark_from_string(name.encode()))
 
 
-# -- the per-frame loops in C (``cnative``): one call per frame instead of two per box --------------------------
+# -- the per-frame loops in C (``native.cc``): one call per frame instead of two per box --------------------------
 
 _LOOPS_SOURCE = r"""
 typedef struct { unsigned int id; void *meta; } Mtd;  /* GstAnalyticsMtd */
@@ -148,13 +148,13 @@ class Loops:
 
     write_ods: ctypes._CFuncPtr  # type: ignore[name-defined]
     write_tracks: ctypes._CFuncPtr  # type: ignore[name-defined]
-    api: ctypes._CArgObject  # type: ignore[name-defined]
+    api: ctypes._CArgObject
 
 
 @functools.cache
 def loops() -> Loops | None:
     """The compiled loops, or None where no C compiler could build them (the callers loop in Python)."""
-    from inferstream.cnative import load_c
+    from inferstream.native.cc import load_c
 
     lib = load_c("inferstream_analytics_loops", _LOOPS_SOURCE)
     if lib is None:

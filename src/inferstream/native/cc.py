@@ -21,7 +21,7 @@ _log = logging.getLogger(__name__)
 
 
 def _build_dir() -> Path:
-    from inferstream.data import cache_dir
+    from inferstream.cache import cache_dir
 
     return cache_dir() / "native"
 

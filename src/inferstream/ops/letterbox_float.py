@@ -16,11 +16,11 @@ float kernels, whatever its size:
 - groups larger than ``MAX_CHUNK_PIXELS`` of source are converted a chunk at a time, to bound the memory the
   full-resolution RGB takes.
 
-On CUDA, YUV frames already on the device take ``fused_letterbox``'s kernel instead: the same definition computed
+On CUDA, YUV frames already on the device take ``letterbox_kernel``'s kernel instead: the same definition computed
 per output pixel in one pass, no full-resolution intermediate at all.
 
 Not bit-exact: videoconvert's integer terms become fitted lines (a level at most, on a few pixels) and cv2's fixed
-point resize becomes a float one; ``tests/ops/test_fast_letterbox.py`` pins the distance to the exact path.
+point resize becomes a float one; ``tests/ops/test_letterbox_float.py`` pins the distance to the exact path.
 """
 from __future__ import annotations
 
@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from inferstream.frames.raw import PLANAR_FORMATS
 from inferstream.ops.color import NEAREST_CHROMA, check_group, colour_bytes, yuv_affine
-from inferstream.ops.fused_letterbox import letterbox_yuv420_into
+from inferstream.ops.letterbox_kernel import letterbox_yuv420_into
+from inferstream.rawframe import PLANAR_FORMATS
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from inferstream.frames.raw import RawFrame
+    from inferstream.rawframe import RawFrame
 
 
 MAX_CHUNK_PIXELS = 1920 * 1088 * 32

@@ -17,8 +17,8 @@ import pytest
 import torch
 from _reference import DEVICES, bus_bgr
 
-from inferstream.frames.raw import RawFrame
 from inferstream.ops.letterbox import Letterbox, letterbox_geometry, preprocess_batch
+from inferstream.rawframe import RawFrame
 
 COLORIMETRY = [("bt601", False), ("bt709", False), ("bt601", True), ("bt709", True)]
 KR_KB = {"bt601": (0.299, 0.114), "bt709": (0.2126, 0.0722)}
@@ -212,7 +212,7 @@ def test_default_is_fast_on_cuda_only(images: list[np.ndarray], device: str) -> 
 def test_fast_path_converts_large_groups_in_chunks_with_the_same_result(
     images: list[np.ndarray], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import inferstream.ops.fast_letterbox as fast
+    import inferstream.ops.letterbox_float as fast
 
     frames = [_frame("NV12", np.roll(images[2], 40 * i, 1), "bt709") for i in range(5)]
     whole, _ = preprocess_batch(frames, SIZE, "cpu", torch.float32, exact=False)

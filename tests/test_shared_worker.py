@@ -1,12 +1,12 @@
-"""serial.SerialWorker: jobs of many threads run on one thread, each caller gets its own result or error."""
+"""shared_worker.SerialWorker: jobs of many threads run on one thread, each caller gets its own result or error."""
 from __future__ import annotations
 
 import threading
 
 import pytest
 
-from inferstream import serial
-from inferstream.serial import SerialWorker, priority, shared_worker
+from inferstream import shared_worker as shared_worker_module
+from inferstream.shared_worker import SerialWorker, priority, shared_worker
 
 
 def _worker(name: str, users: int = 2) -> SerialWorker:
@@ -66,7 +66,7 @@ def test_shared_worker_is_one_per_name() -> None:
 @pytest.mark.parametrize("max_hold_s", [30.0, 0.2])
 def test_a_priority_section_holds_jobs_back_until_it_closes_or_for_max_hold(max_hold_s: float,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serial, "MAX_HOLD_S", max_hold_s)
+    monkeypatch.setattr(shared_worker_module, "MAX_HOLD_S", max_hold_s)
     worker = _worker(f"test-serial-priority-{max_hold_s}")
     ran = threading.Event()
     with priority():

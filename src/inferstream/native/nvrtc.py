@@ -1,12 +1,12 @@
 """CUDA C kernels compiled at run time with NVRTC and launched through the driver API, both through ctypes.
 
-For the few kernels where a chain of torch ops costs many full-resolution passes (``fused_letterbox``). NVRTC ships
+For the few kernels where a chain of torch ops costs many full-resolution passes (``letterbox_kernel``). NVRTC ships
 with every CUDA build of torch (its pip wheels depend on it, a CUDA toolkit has it too), so this adds no
 dependency and needs no compiler on the machine: the source is compiled once per device, for that device's
 architecture, on first use.
 
 Launches go through ``ctypes.PyDLL``: ``cuLaunchKernel`` only queues work and returns, so it keeps the GIL (no
-hand-off to another thread between two kernels of one batch; see ``gstnative``).
+hand-off to another thread between two kernels of one batch; see ``native.gst``).
 """
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ import os
 import threading
 from collections.abc import Sequence
 from typing import Any
+
+from inferstream.native.cuda import check_cu, libcuda
+from inferstream.native.gst import bind
 
 _NVRTC_SUCCESS = 0
 
@@ -50,19 +53,11 @@ def _nvrtc() -> ctypes.CDLL:
 
 def _bind_nvrtc(lib: ctypes.CDLL) -> None:
     vp, i, cp, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t
-    specs: list[tuple[str, Any, list[Any]]] = [
-        ("nvrtcCreateProgram", i, [ctypes.POINTER(vp), cp, cp, i, vp, vp]),
-        ("nvrtcCompileProgram", i, [vp, i, ctypes.POINTER(cp)]),
-        ("nvrtcGetProgramLogSize", i, [vp, ctypes.POINTER(sz)]),
-        ("nvrtcGetProgramLog", i, [vp, cp]),
-        ("nvrtcGetCUBINSize", i, [vp, ctypes.POINTER(sz)]),
-        ("nvrtcGetCUBIN", i, [vp, cp]),
-        ("nvrtcDestroyProgram", i, [ctypes.POINTER(vp)]),
-        ("nvrtcGetErrorString", cp, [i]),
-    ]
-    for name, restype, argtypes in specs:
-        fn = getattr(lib, name)
-        fn.restype, fn.argtypes = restype, argtypes
+    bind(lib, [("nvrtcCreateProgram", i, (ctypes.POINTER(vp), cp, cp, i, vp, vp)),
+               ("nvrtcCompileProgram", i, (vp, i, ctypes.POINTER(cp))),
+               ("nvrtcGetProgramLogSize", i, (vp, ctypes.POINTER(sz))), ("nvrtcGetProgramLog", i, (vp, cp)),
+               ("nvrtcGetCUBINSize", i, (vp, ctypes.POINTER(sz))), ("nvrtcGetCUBIN", i, (vp, cp)),
+               ("nvrtcDestroyProgram", i, (ctypes.POINTER(vp),)), ("nvrtcGetErrorString", cp, (i,))])
 
 
 def compile_cubin(source: str, arch: tuple[int, int], name: str = "kernels.cu") -> bytes:
@@ -99,32 +94,6 @@ def compile_cubin(source: str, arch: tuple[int, int], name: str = "kernels.cu") 
         nv.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-@functools.cache
-def _driver() -> ctypes.PyDLL:
-    try:
-        cu = ctypes.PyDLL("libcuda.so.1")
-    except OSError as exc:
-        raise KernelUnavailable(f"no CUDA driver: {exc}") from exc
-    vp, i, u = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
-    specs: list[tuple[str, Any, list[Any]]] = [
-        ("cuModuleLoadData", i, [ctypes.POINTER(vp), ctypes.c_char_p]),
-        ("cuModuleGetFunction", i, [ctypes.POINTER(vp), vp, ctypes.c_char_p]),
-        ("cuLaunchKernel", i, [vp, u, u, u, u, u, u, u, vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]),
-        ("cuGetErrorName", i, [i, ctypes.POINTER(ctypes.c_char_p)]),
-    ]
-    for name, restype, argtypes in specs:
-        fn = getattr(cu, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return cu
-
-
-def _check_cu(result: int, call: str) -> None:
-    if result != 0:
-        name = ctypes.c_char_p()
-        _driver().cuGetErrorName(result, ctypes.byref(name))
-        raise RuntimeError(f"{call} failed: {(name.value or b'CUresult %d' % result).decode()}")
-
-
 class Kernel:
     """One ``__global__`` function of a loaded module."""
 
@@ -138,8 +107,8 @@ class Kernel:
         """Queue the kernel on ``CUstream`` ``stream`` (of the current context) with ctypes values ``args``,
         passed by value in order (structures included)."""
         params = (ctypes.c_void_p * len(args))(*map(ctypes.addressof, args))
-        _check_cu(_driver().cuLaunchKernel(self._function, *grid, *block, 0, stream, params, None),
-                  f"cuLaunchKernel({self.name})")
+        check_cu(libcuda().cuLaunchKernel(self._function, *grid, *block, 0, stream, params, None),
+                 f"cuLaunchKernel({self.name})")
 
 
 _MODULES: dict[tuple[str, int], dict[str, Kernel]] = {}
@@ -164,14 +133,17 @@ def load_kernels(source: str, names: Sequence[str], device_index: int) -> dict[s
         if key in _MODULES:
             return _MODULES[key]
         cubin = compile_cubin(source, torch.cuda.get_device_capability(device_index))
-        cu = _driver()
+        try:
+            cu = libcuda()
+        except OSError as exc:
+            raise KernelUnavailable(f"no CUDA driver: {exc}") from exc
         module, fn = ctypes.c_void_p(), ctypes.c_void_p()
         try:
-            _check_cu(cu.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
+            check_cu(cu.cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
             kernels = {}
             for name in names:
-                _check_cu(cu.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()),
-                          f"cuModuleGetFunction({name})")
+                check_cu(cu.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()),
+                         f"cuModuleGetFunction({name})")
                 kernels[name] = Kernel(fn.value or 0, name)
         except RuntimeError as exc:
             raise KernelUnavailable(str(exc)) from exc

