@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from inferstream.app.metrics import Snapshot, StreamView
@@ -59,22 +59,16 @@ def decode_plan(data: dict[str, Any]) -> Plan:
     return Plan(**{**fields({k: v for k, v in data.items() if k != "streams"}), "streams": streams})
 
 
-class PipeConsole:
-    """The runner's console in a worker: sends what it would show to the parent (which draws one for all)."""
+class ReportConsole:
+    """The runner's console in a worker: hands what it would show to the supervisor (which draws one for all) as
+    the wire format's items; ``send`` delivers one (a pipe here, a Ray actor's queue in ``app/clusterworker.py``)."""
 
-    def __init__(self, out: IO[str]) -> None:
-        self._out = out
-        self._lock = threading.Lock()
+    def __init__(self, send: Callable[[dict[str, Any]], None]) -> None:
+        self._send = send
         self._next = 0.0
 
     def send(self, **item: Any) -> None:
-        line = json.dumps(item) + "\n"
-        with self._lock:
-            try:
-                self._out.write(line)
-                self._out.flush()
-            except (BrokenPipeError, ValueError):  # the parent is gone (ValueError: closed here): nobody to tell
-                pass
+        self._send(item)
 
     def update(self, snap: Snapshot) -> None:
         if time.monotonic() >= self._next:
@@ -86,6 +80,34 @@ class PipeConsole:
 
     def close(self, snap: Snapshot) -> None:
         self.send(snapshot=encode_snapshot(snap), at=time.monotonic())
+
+
+def pipe_sender(out: IO[str]) -> Callable[[dict[str, Any]], None]:
+    """Items as JSON lines on ``out``, whole lines from any thread; nothing once the parent is gone."""
+    lock = threading.Lock()
+
+    def send(item: dict[str, Any]) -> None:
+        line = json.dumps(item) + "\n"
+        with lock:
+            try:
+                out.write(line)
+                out.flush()
+            except (BrokenPipeError, ValueError):  # the parent is gone (ValueError: closed here): nobody to tell
+                pass
+    return send
+
+
+def report_run(runner: Runner, console: ReportConsole) -> int:
+    """Run the shard to its end and report how it ended: ``fatal`` when it failed as a whole, then ``exit``."""
+    from inferstream.errors import InferstreamError
+
+    try:
+        code: int = runner.run().exit_code
+    except InferstreamError as exc:
+        console.send(fatal=str(exc))
+        code = 1
+    console.send(exit=code)
+    return code
 
 
 def _die_with_parent() -> None:
@@ -109,23 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_sigint)
     _die_with_parent()
     with os.fdopen(int(args[0]), "w") as out:
-        console = PipeConsole(out)
+        console = ReportConsole(pipe_sender(out))
         console.send(ready=os.getpid())
         spec = json.load(sys.stdin)
         from inferstream.app.runner import Runner
-        from inferstream.errors import InferstreamError
 
         runner = Runner(decode_plan(spec["plan"]), console, None, float(spec["eos_timeout_s"]))
         for _ in early:
             runner.interrupt()
-        try:
-            code: int = runner.run().exit_code
-        except InferstreamError as exc:
-            console.send(fatal=str(exc))
-            code = 1
-        console.send(exit=code)
-    return code
-
+        return report_run(runner, console)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,8 +25,9 @@ def merge_batches(stats: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def worker_metrics(workers: Sequence[_Worker], order: Sequence[str]) -> str:
-    """Per-worker health: up, restarts, failed, its batch fill, and which worker runs each stream."""
-    lab = [(f'{{worker="{w.index}"}}', w) for w in workers]
+    """Per-worker health: up, restarts, failed, its batch fill, and which worker runs each stream. In cluster
+    mode each worker's rows also carry the Ray node it runs on (``node``)."""
+    lab = [(f'{{worker="{w.index}"' + (f',node="{w.node}"' if w.node else "") + "}", w) for w in workers]
     fill = [(lb, w.snap.batch["mean-fill"]) for lb, w in lab if w.snap and "mean-fill" in w.snap.batch]
     where = {sid: w.index for w in workers for sid in w.ids}
     return "\n".join([
