@@ -65,7 +65,7 @@ def cluster_address(asked: str | None, cfg: AppConfig) -> str | None:
 
 def placement(cfg: AppConfig) -> Placement:
     """Resources per worker: ``cluster.gpus-per-worker`` defaults to 1 when ``infer.device`` is cuda."""
-    section = cfg.cluster or Cluster()
+    section = cfg.cluster or Cluster.model_validate({})
     gpus = section.gpus_per_worker
     if gpus is None:
         gpus = 1.0 if _device(cfg).startswith("cuda") else 0.0
@@ -128,8 +128,10 @@ def _probe(address: str, target: str) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
     except OSError as exc:
         raise RunError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
-    import grpc
-
+    try:
+        import grpc  # type: ignore[import-untyped]  # ray[client]'s; a bare ray has only the TCP check
+    except ImportError:
+        return
     channel = grpc.insecure_channel(f"{host}:{port}")
     try:
         grpc.channel_ready_future(channel).result(timeout=PROBE_TIMEOUT_S)
