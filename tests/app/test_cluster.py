@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -234,3 +235,28 @@ def test_cluster_worker_the_cluster_cannot_place_fails_the_run_fast(cluster: str
     assert re.search(r"worker \d \(cam\d\) failed: the Ray cluster did not place it within 3 s \(its resources are "
                      r"taken; cluster.place-timeout\): its streams failed", run.stderr), run.stderr
     assert "stopping the other workers" in run.stderr
+
+
+def test_cluster_through_ray_client_runs_every_frame(cluster: str, tmp_path: Path) -> None:
+    with socket.socket() as free:
+        free.bind((HOST, 0))
+        port = free.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "ray.util.client.server", "--address", cluster, "--host", HOST,
+                               "--port", str(port), "--mode", "proxy"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # what `ray start --head` runs on port 10001
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex((HOST, port)) == 0:
+                    break
+            time.sleep(0.2)
+        cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 5, "width": 160, "height": 120}
+                           for i in range(2)], "infer": BLOBS}
+        run = _run(_config(tmp_path, cfg), "--cluster", f"ray://{HOST}:{port}", "--workers", "2", timeout=120)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert _placed(run.stdout).keys() == {0, 1}
+    assert _summary(run.stdout) == {"cam0": ("done", 5), "cam1": ("done", 5)}

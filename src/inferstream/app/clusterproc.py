@@ -67,10 +67,10 @@ class ActorProcess:
             rc = self._pump()
         except RayActorError as exc:
             self.cause, rc = f"Ray actor{self._who()} ended: {death_cause(exc)}", -1
+        if rc >= 0:
+            self.kill()  # done (or never placed): give its resources back, before the run may end and disconnect
         self._rc = rc
         self._report(None)
-        if rc >= 0:
-            self.kill()  # done (or never placed): give its resources back
 
     def _who(self) -> str:
         return f" pid {self.pid} on node {self.node}" if self.pid else ""
