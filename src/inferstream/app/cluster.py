@@ -147,8 +147,8 @@ def cluster_workers(asked: int | str | None, cfg: AppConfig, nodes: Sequence[Nod
     """How many workers (actors) to run and what to say about it. Without ``--workers`` or ``workers:``, and for
     ``auto``: one per GPU slot with a GPU config (min(sources, slots)), else one per node (each node's cores
     serve its worker's model, as ``auto`` gives one process on one CPU host)."""
-    if asked is None and "workers" not in cfg.model_fields_set:
-        asked = "auto"
+    if asked is None:
+        asked = cfg.workers if "workers" in cfg.model_fields_set else "auto"
     if asked != "auto":
         return worker_count(asked, cfg)
     useful = [n for n in nodes if place.slots(n) > 0]

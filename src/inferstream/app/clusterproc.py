@@ -8,6 +8,7 @@ or fails its streams, within ``worker-restarts``. Ray's own restarts are off (``
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -67,8 +68,11 @@ class ActorProcess:
             rc = self._pump()
         except RayActorError as exc:
             self.cause, rc = f"Ray actor{self._who()} ended: {death_cause(exc)}", -1
-        if rc >= 0:
-            self.kill()  # done (or never placed): give its resources back, before the run may end and disconnect
+        except Exception as exc:  # noqa: BLE001 (the cluster is gone, say: the relay must still report the end)
+            self.cause, rc = f"Ray actor{self._who()} unreachable: {type(exc).__name__}: {_last_line(str(exc))}", -1
+        if rc >= 0:  # done (or never placed): give its resources back, before the run may end and disconnect
+            with contextlib.suppress(Exception):  # a cluster already gone has nothing to give back
+                self.kill()
         self._rc = rc
         self._report(None)
 

@@ -8,7 +8,8 @@ handled from now on: the parent sends none before), ``snapshot`` (the runner's
 :class:`Snapshot`, a few times a second and once at the end, with ``at``: when, on the host's monotonic clock,
 which all processes share), ``message`` (``[text, error]``, what the runner's
 console would print), ``fatal`` (the run failed as a whole: a :class:`RunError`) and last ``exit`` (the runner's
-exit code). A worker that ends without ``exit`` died.
+exit code). A worker that ends without ``exit`` died. A cluster's worker (``app/clusterworker.py``, a Ray actor)
+sends the same items through its actor calls.
 
 Signals: the parent owns them. SIGINT is the runner's Ctrl-C (the first finishes the streams, a second stops now),
 also when it arrives before the runner runs; the worker asks the kernel for a SIGINT when the parent dies, so its
@@ -140,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in early:
             runner.interrupt()
         return report_run(runner, console)
+
 
 if __name__ == "__main__":
     sys.exit(main())

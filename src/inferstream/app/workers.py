@@ -29,7 +29,7 @@ from inferstream.app.pipeline import Plan, build_plan
 from inferstream.app.runner import EXIT_EVENTS_LOST, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, RunError, Runner, RunResult
 from inferstream.app.signals import StopSignals
 from inferstream.app.worker import decode_snapshot, encode_plan
-from inferstream.app.workerstats import merge_batches, worker_metrics
+from inferstream.app.workerstats import health, merge_batches, worker_metrics
 from inferstream.errors import ConfigError
 
 TICK_S: Final = 0.1
@@ -166,8 +166,8 @@ class Supervisor:
         """Start ``w``'s process; its reports reach the inbox as (index, generation, item), None when it ends."""
         read_fd, write_fd = os.pipe()
         proc = subprocess.Popen([sys.executable, "-m", "inferstream.app.worker", str(write_fd)],
-                                  stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
-                                  start_new_session=True)  # the terminal's Ctrl-C reaches the parent only
+                                stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                                start_new_session=True)  # the terminal's Ctrl-C reaches the parent only
         os.close(write_fd)
         assert proc.stdin is not None and proc.stderr is not None
         proc.stdin.write(json.dumps({"plan": encode_plan(w.plan), "eos_timeout_s": self.eos_timeout_s}).encode())
@@ -222,7 +222,7 @@ class Supervisor:
             if self.metrics is not None:
                 self.metrics.publish(final, worker_metrics(self.workers, self.order))
                 self.metrics.close()
-            self.console.message("workers: " + "; ".join(map(_health, self.workers)),
+            self.console.message("workers: " + "; ".join(map(health, self.workers)),
                                  error=any(w.causes or w.fatal for w in self.workers))
             self.console.close(final)
         died = any(w.causes or w.fatal for w in self.workers)
@@ -383,13 +383,6 @@ class Supervisor:
         active = max(end for _, end in windows) - min(start for start, _ in windows) if windows else 0.0
         return Snapshot(time.monotonic() - self._started, tuple(views[sid] for sid in self.order),
                         merge_batches([s.batch for s, _ in snaps]), active)
-
-
-def _health(w: _Worker) -> str:
-    if not w.causes and not w.fatal:
-        return f"{w.where} ok"
-    causes = [*w.causes, *([f"failed: {w.fatal}"] if w.fatal else [])]
-    return f"{w.where} died {len(w.causes)}x, restarted {w.restarts}x ({'; '.join(causes)})"
 
 
 def _describe_exit(rc: int, stderr: deque[str]) -> str:

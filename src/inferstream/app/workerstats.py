@@ -1,5 +1,5 @@
-"""What the supervisor of ``--workers`` adds to the run's numbers: the workers' batch stats merged into one, and
-per-worker health in the Prometheus text."""
+"""What the supervisor of ``--workers`` adds to the run's numbers: the workers' batch stats merged into one,
+per-worker health in the Prometheus text, and each worker's line in the summary."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -41,3 +41,11 @@ def worker_metrics(workers: Sequence[_Worker], order: Sequence[str]) -> str:
         *metric_lines("stream_worker", "gauge", "The worker that runs the stream",
                       [(f'{{stream="{sid}"}}', where[sid]) for sid in order]),
     ]) + "\n"
+
+
+def health(w: _Worker) -> str:
+    """The summary's word on a worker: ok, or how often it died and was restarted, and why."""
+    if not w.causes and not w.fatal:
+        return f"{w.where} ok"
+    causes = [*w.causes, *([f"failed: {w.fatal}"] if w.fatal else [])]
+    return f"{w.where} died {len(w.causes)}x, restarted {w.restarts}x ({'; '.join(causes)})"
