@@ -15,12 +15,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 from ray.cluster_utils import Cluster
 from workers_cpu import ENV, config, run
 
-NODE = {"num_cpus": 1, "object_store_memory": 78 * 1024 * 1024, "node_ip_address": "127.0.0.2"}
+NODE: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 78 * 1024 * 1024, "node_ip_address": "127.0.0.2"}
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
 """``inferstream run --cluster``, run for real: a two-node Ray cluster on loopback (``ray.cluster_utils.Cluster``,
-one CPU per node, so two workers land on two nodes), the CLI as a subprocess joining it as a driver. Every frame
-of every source once across the actors, the actors on both nodes, a SIGKILLed actor restarted, SIGTERM finishing
-every actor's MP4, and the bad inputs (a CUDA config on a CPU-only cluster, an address nobody answers at, Ray
-missing) as one line each before anything starts."""
+one CPU per node, so two workers land on two nodes), the CLI as a subprocess joining it as a driver (through the
+head's address, and through Ray Client), and ``inferstream.run(cluster=...)`` in this process. Every frame of every
+source once across the actors, the actors on both nodes, a SIGKILLed actor restarted or its streams failed,
+SIGTERM finishing every actor's MP4, per-node metric labels, a worker the cluster cannot place, and the bad inputs
+(a CUDA config on a CPU-only cluster, an address nobody or no Ray answers at, Ray missing) as one line each before
+anything starts; the checks and the auto rule on their own with node tables."""
 from __future__ import annotations
 
 import contextlib
@@ -24,9 +26,11 @@ import yaml
 
 from app.media import BLOBS, CLIP_FRAMES
 from app.test_workers import LIVE, _config, _summary, _wait_frames, assert_finished_by_sigterm
+from inferstream.app import api
 from inferstream.app.cluster import Node, Placement, check_cluster, cluster_workers, file_outputs
 from inferstream.app.config import load_config
 from inferstream.app.runner import RunError
+from inferstream.errors import ConfigError
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="cluster mode needs Ray (the cluster extra)")
 
@@ -211,6 +215,16 @@ def test_check_cluster_refuses_more_workers_than_room_and_counts_gpu_slots() -> 
     quarter = Placement(0.25, 0.25, False, 60)  # four workers share each GPU
     assert quarter.slots(_nodes("127.0.0.2", gpus=2)[0]) == 4  # 1 CPU: four quarters
     check_cluster(cfg, _nodes("127.0.0.2", "127.0.0.2", gpus=1), quarter, 8, "h:6379")
+
+
+def test_cluster_from_python_runs_every_frame_and_refuses_frame_hooks(cluster: str) -> None:
+    cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 4 + i, "width": 160, "height": 120}
+                       for i in range(2)], "infer": BLOBS}
+    result = api.run(cfg, cluster=cluster, workers=2)  # this process is the driver, as the CLI's is
+    assert result.exit_code == 0 and result.frames == {"cam0": 4, "cam1": 5}
+    with pytest.raises(ConfigError, match="frame hooks run in this process and see none of the frames of a "
+                                          "cluster's workers"):
+        api.run(cfg, cluster=cluster, frame_hooks=[lambda *_: None])
 
 
 def test_cluster_worker_the_cluster_cannot_place_fails_the_run_fast(cluster: str, tmp_path: Path) -> None:
