@@ -33,8 +33,9 @@ def main() -> None:
     ap.add_argument("--only", choices=("free", "person"))
     args = ap.parse_args()
     os.environ["PYTHONPATH"] = ENV["PYTHONPATH"]  # the nodes' actors import the free model from bench/ too
-    temp = tempfile.mkdtemp(prefix="is-ray-", dir="/tmp")
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False, "temp_dir": temp})
+    temp = tempfile.mkdtemp(prefix="is-ray-", dir="/tmp")  # Ray's files, not in /tmp/ray; short for its sockets
+    os.environ["RAY_TMPDIR"] = temp
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     try:
         cluster.add_node(**NODE)
         # Ray sets OMP_NUM_THREADS to an actor's CPUs (1 here: torch runs one thread in each actor); the third

@@ -42,14 +42,20 @@ NODE = {"num_cpus": 1, "object_store_memory": 78 * 1024 * 1024, "node_ip_address
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """Two Ray nodes on this machine, one CPU each; yields the head's (GCS) address."""
-    temp = tempfile.mkdtemp(prefix="is-ray-", dir="/tmp")  # short: Ray's socket paths live under it
-    made = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
-        **NODE, "include_dashboard": False, "temp_dir": temp})
+    # Ray's files (sessions, sockets, the "current cluster" note) in a folder of ours, not /tmp/ray: short, since
+    # Ray's socket paths live under it; the runs started here (drivers, Ray Client) inherit it
+    temp, before = tempfile.mkdtemp(prefix="is-ray-", dir="/tmp"), os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp
+    made = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     try:
         made.add_node(**NODE)
         yield made.address
     finally:
         made.shutdown()
+        if before is None:
+            os.environ.pop("RAY_TMPDIR")
+        else:
+            os.environ["RAY_TMPDIR"] = before
         shutil.rmtree(temp, ignore_errors=True)
 
 

@@ -54,12 +54,14 @@ class ActorProcess:
         if sig == signal.SIGKILL:
             self.kill()
         else:
-            self._actor.interrupt.remote()
+            with contextlib.suppress(Exception):  # a gone actor's relay reports its end anyway
+                self._actor.interrupt.remote()
 
     def kill(self) -> None:
         import ray
 
-        ray.kill(self._actor, no_restart=True)
+        with contextlib.suppress(Exception):  # an actor already gone, or a cluster gone with it: nothing to kill
+            ray.kill(self._actor, no_restart=True)
 
     def _relay(self) -> None:
         from ray.exceptions import RayActorError
@@ -71,8 +73,7 @@ class ActorProcess:
         except Exception as exc:  # noqa: BLE001 (the cluster is gone, say: the relay must still report the end)
             self.cause, rc = f"Ray actor{self._who()} unreachable: {type(exc).__name__}: {_last_line(str(exc))}", -1
         if rc >= 0:  # done (or never placed): give its resources back, before the run may end and disconnect
-            with contextlib.suppress(Exception):  # a cluster already gone has nothing to give back
-                self.kill()
+            self.kill()
         self._rc = rc
         self._report(None)
 
