@@ -35,6 +35,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = ENV["PYTHONPATH"]  # the nodes' actors import the free model from bench/ too
     temp = tempfile.mkdtemp(prefix="is-ray-", dir="/tmp")  # Ray's files, not in /tmp/ray; short for its sockets
     os.environ["RAY_TMPDIR"] = temp
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # the head would report usage to Ray's servers
     cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     try:
         cluster.add_node(**NODE)

@@ -46,12 +46,14 @@ def cluster() -> Iterator[str]:
     # Ray's socket paths live under it; the runs started here (drivers, Ray Client) inherit it
     temp, before = tempfile.mkdtemp(prefix="is-ray-", dir="/tmp"), os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # the head would report usage to Ray's servers: nothing leaves here
     made = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     try:
         made.add_node(**NODE)
         yield made.address
     finally:
         made.shutdown()
+        os.environ.pop("RAY_USAGE_STATS_ENABLED")
         if before is None:
             os.environ.pop("RAY_TMPDIR")
         else:
