@@ -153,6 +153,16 @@ def test_cluster_sigterm_finishes_every_mp4_of_every_actor(cluster: str, tmp_pat
     assert_finished_by_sigterm(proc.returncode, out, err, tmp_path, 4)  # every actor finished its MP4s
 
 
+def test_cluster_auto_joins_the_cluster_ray_address_names(cluster: str, tmp_path: Path) -> None:
+    cfg = {"sources": [{"id": "cam0", "test": "ball", "num-buffers": 3, "width": 160, "height": 120}], "infer": BLOBS,
+           "cluster": {}}  # the section alone: address auto
+    run = subprocess.run([*CLI, str(_config(tmp_path, cfg)), "--console", "plain"], check=False, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": cluster})
+    assert run.returncode == 0, run.stderr
+    assert "on the cluster at auto (2 node(s))" in run.stdout and _summary(run.stdout) == {"cam0": ("done", 3)}
+    assert "workers: auto -> 1 (1 sources, 2 node(s), room for 2 worker(s))" in run.stdout  # one per node, 1 source
+
+
 def test_cluster_cuda_config_on_a_cpu_only_cluster_fails_before_it_starts(cluster: str, tmp_path: Path) -> None:
     cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 3} for i in range(2)],
            "infer": {**BLOBS, "device": "cuda"}}
