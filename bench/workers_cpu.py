@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,15 @@ def config(workload: str, streams: int, frames: int) -> dict[str, Any]:
     return {"sources": sources, "infer": {"model": "sample:person-detector"}}
 
 
-def run(cfg_path: Path, workers: int) -> dict[str, float]:
-    """One ``inferstream run``: frames, frames/s (its summary), wall s, CPU s of it and its workers, cores."""
+def run(cfg_path: Path, workers: int, extra: Sequence[str] = (), env: Mapping[str, str] | None = None
+        ) -> dict[str, float]:
+    """One ``inferstream run`` (``extra``: more options; ``env``: more variables): frames, frames/s (its summary),
+    wall s, CPU s of it and its workers (not of a cluster's actors: they are Ray's processes), cores."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "inferstream.app.cli", "run", str(cfg_path), "--console", "quiet",
-                           "--workers", str(workers)], check=False, capture_output=True, text=True, env=ENV)
+                           "--workers", str(workers), *extra], check=False, capture_output=True, text=True,
+                          env={**ENV, **(env or {})})
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:

@@ -134,13 +134,19 @@ def test_workers_sigterm_finishes_every_mp4_of_every_worker(tmp_path: Path) -> N
         assert 'inferstream_stream_worker{stream="cam3"} 1' in text and "inferstream_batch_fill_mean" in text
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
-    assert proc.returncode == 143, err  # 128 + SIGTERM, as one process
+    assert_finished_by_sigterm(proc.returncode, out, err, tmp_path, 4)
+
+
+def assert_finished_by_sigterm(code: int, out: str, err: str, folder: Path, n_streams: int) -> None:
+    """A run stopped by SIGTERM: exit 143 (128 + SIGTERM, as one process), every stream stopped after 10 frames or
+    more, and each one's MP4 in ``folder`` finished by its worker: it plays to the end."""
+    assert code == 143, err
     assert "Traceback" not in err and "finishing the streams of every worker" in out
     summary = _summary(out)
-    assert set(summary) == {f"cam{i}" for i in range(4)}
+    assert set(summary) == {f"cam{i}" for i in range(n_streams)}
     for sid, (status, frames) in summary.items():
         assert status == "stopped" and frames >= 10
-        assert decoded_frames(tmp_path / f"{sid}.mp4") == frames  # finished by its worker: it plays to the end
+        assert decoded_frames(folder / f"{sid}.mp4") == frames
 
 
 def _alive(pid: int) -> bool:

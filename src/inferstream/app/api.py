@@ -5,13 +5,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inferstream.errors import ConfigError
+
 if TYPE_CHECKING:
     from inferstream.app.runner import FrameHook, RunResult
 
 
 def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metrics_port: int | None = None,
         eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (), interval_s: float = 2.0,
-        workers: int | str | None = None) -> RunResult:
+        workers: int | str | None = None, cluster: str | None = None) -> RunResult:
     """Validate ``config`` (a YAML file path or the same structure as a dict) and run it to the end.
 
     Args:
@@ -23,6 +25,8 @@ def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metri
         interval_s: seconds between two status lines of the plain console.
         workers: worker processes to shard the sources over (N or ``auto``; default: the config's ``workers``).
             Frame hooks see the frames of this process only, so they need one worker.
+        cluster: run the workers as Ray actors on the cluster at this address (``HOST:PORT``, ``ray://HOST:PORT``,
+            ``auto``; default: the config's ``cluster.address``, else no cluster), as ``--cluster``.
 
     Returns:
         The RunResult: exit code (0 done, 1 a stream failed, 3 events lost, 128 + N stopped by signal N), per-stream
@@ -31,13 +35,20 @@ def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metri
     Raises:
         inferstream.app.config.ConfigFileError: the config is invalid (every problem with key path and line).
         inferstream.app.runner.RunError: the pipeline could not be built or failed as a whole.
-        inferstream.errors.ConfigError: frame hooks with more than one worker.
+        inferstream.errors.ConfigError: frame hooks with more than one worker, or on a cluster.
     """
+    from inferstream.app.cluster import cluster_address, run_cluster
     from inferstream.app.config import load_config
     from inferstream.app.console import make_console
     from inferstream.app.workers import run_config, worker_count
 
     cfg = load_config(config)
+    address = cluster_address(cluster, cfg)
+    if address is not None:
+        if frame_hooks:
+            raise ConfigError("frame hooks run in this process and see none of the frames of a cluster's workers")
+        return run_cluster(cfg, address, workers, lambda: make_console(console, interval_s), metrics_port,
+                           eos_timeout_s)
     count = worker_count(workers, cfg, hooks=bool(frame_hooks))
     return run_config(cfg, count, make_console(console, interval_s), metrics_port, eos_timeout_s, frame_hooks)
 

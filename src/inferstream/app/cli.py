@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--mps", choices=("auto", "on", "off"),
                      help="CUDA MPS daemon for 2+ workers on CUDA, so their kernels share the GPU (default: the "
                      "config's mps, auto: on when nvidia-cuda-mps-control is installed)")
+    run.add_argument("--cluster", metavar="ADDRESS",
+                     help="run the workers as Ray actors on the cluster at HOST:PORT (its head), ray://HOST:PORT "
+                          "(Ray Client) or auto (default: the config's cluster.address; needs the cluster extra)")
     live_options(run)
 
     demo = sub.add_parser("demo", help="vtest.avi + person detector (+ tracker) + OSD -> MP4 and events.jsonl")
@@ -76,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from inferstream.app.cluster import cluster_address, run_cluster
     from inferstream.app.config import load_config
     from inferstream.app.console import make_console
     from inferstream.app.pipeline import build_plan, launch_line
@@ -93,6 +97,10 @@ def _run(args: argparse.Namespace) -> int:
             print(f"inferstream: passwords shown as ***: give them to gst-launch-1.0 in {ENV_PASSWORD} (or a "
                   "credentials file: pymsgbroker config=...)", file=sys.stderr)
         return 0
+    address = cluster_address(args.cluster, cfg)
+    if address is not None:
+        return run_cluster(cfg, address, args.workers, lambda: make_console(args.console, args.interval),
+                           args.metrics_port, args.eos_timeout, args.debug).exit_code
     count = worker_count(args.workers, cfg)
     console = make_console(args.console, args.interval)
     return run_config(cfg, count, console, args.metrics_port, args.eos_timeout, plan=plan).exit_code

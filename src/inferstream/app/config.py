@@ -40,6 +40,14 @@ name inferstream's sample files; ``{id}`` in a string property becomes the strea
     workers: 1                    # worker processes the sources are sharded over (N | auto; --workers wins)
     mps: auto                     # CUDA MPS daemon for 2+ workers on CUDA: auto | on | off (--mps wins)
     worker-restarts: 1            # restarts of a worker that dies mid-run, before its streams are failed
+    cluster:                      # optional: the workers as Ray actors on a cluster's nodes (--cluster wins)
+      engine: ray                 #   the one engine
+      address: auto               #   auto (RAY_ADDRESS, or the cluster `ray start` made here) | HOST:PORT (the
+                                  #   head's GCS) | ray://HOST:PORT (Ray Client)
+      cpus-per-worker: 1          #   Ray resources each worker asks for
+      gpus-per-worker: null       #   default 1 with infer.device cuda, else 0; a fraction shares a GPU
+      shared-storage: false       #   every node sees the config's paths (NFS): file sinks allowed on many hosts
+      place-timeout: 60           #   seconds a worker may wait for the cluster to place it
 """
 from __future__ import annotations
 
@@ -153,6 +161,17 @@ class Sink(_Section):
     sync: bool | None = None
 
 
+class Cluster(_Section):
+    """Where and how the workers run as Ray actors (``app/cluster.py``)."""
+
+    engine: Literal["ray"] = "ray"
+    address: str = "auto"
+    cpus_per_worker: float = Field(1.0, ge=0)
+    gpus_per_worker: float | None = Field(None, ge=0)
+    shared_storage: bool = False
+    place_timeout: float = Field(60.0, gt=0)
+
+
 class AppConfig(_Section):
     sources: list[Source] = Field(min_length=1)
     decode: str = "auto"
@@ -166,8 +185,9 @@ class AppConfig(_Section):
     workers: int | Literal["auto"] = 1
     worker_restarts: int = Field(1, ge=0, le=100)
     mps: Literal["auto", "on", "off"] = "auto"
+    cluster: Cluster | None = None
 
-    @field_validator("tracker", "osd", "messages", mode="before")  # vlm needs its model: no empty form
+    @field_validator("tracker", "osd", "messages", "cluster", mode="before")  # vlm needs its model: no empty form
     @classmethod
     def _present_means_on(cls, value: Any) -> Any:
         return {} if value is None else value  # `tracker:` with no properties enables it with defaults

@@ -8,7 +8,8 @@ handled from now on: the parent sends none before), ``snapshot`` (the runner's
 :class:`Snapshot`, a few times a second and once at the end, with ``at``: when, on the host's monotonic clock,
 which all processes share), ``message`` (``[text, error]``, what the runner's
 console would print), ``fatal`` (the run failed as a whole: a :class:`RunError`) and last ``exit`` (the runner's
-exit code). A worker that ends without ``exit`` died.
+exit code). A worker that ends without ``exit`` died. A cluster's worker (``app/clusterworker.py``, a Ray actor)
+sends the same items through its actor calls.
 
 Signals: the parent owns them. SIGINT is the runner's Ctrl-C (the first finishes the streams, a second stops now),
 also when it arrives before the runner runs; the worker asks the kernel for a SIGINT when the parent dies, so its
@@ -24,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from inferstream.app.metrics import Snapshot, StreamView
@@ -59,22 +60,16 @@ def decode_plan(data: dict[str, Any]) -> Plan:
     return Plan(**{**fields({k: v for k, v in data.items() if k != "streams"}), "streams": streams})
 
 
-class PipeConsole:
-    """The runner's console in a worker: sends what it would show to the parent (which draws one for all)."""
+class ReportConsole:
+    """The runner's console in a worker: hands what it would show to the supervisor (which draws one for all) as
+    the wire format's items; ``send`` delivers one (a pipe here, a Ray actor's queue in ``app/clusterworker.py``)."""
 
-    def __init__(self, out: IO[str]) -> None:
-        self._out = out
-        self._lock = threading.Lock()
+    def __init__(self, send: Callable[[dict[str, Any]], None]) -> None:
+        self._send = send
         self._next = 0.0
 
     def send(self, **item: Any) -> None:
-        line = json.dumps(item) + "\n"
-        with self._lock:
-            try:
-                self._out.write(line)
-                self._out.flush()
-            except (BrokenPipeError, ValueError):  # the parent is gone (ValueError: closed here): nobody to tell
-                pass
+        self._send(item)
 
     def update(self, snap: Snapshot) -> None:
         if time.monotonic() >= self._next:
@@ -86,6 +81,34 @@ class PipeConsole:
 
     def close(self, snap: Snapshot) -> None:
         self.send(snapshot=encode_snapshot(snap), at=time.monotonic())
+
+
+def pipe_sender(out: IO[str]) -> Callable[[dict[str, Any]], None]:
+    """Items as JSON lines on ``out``, whole lines from any thread; nothing once the parent is gone."""
+    lock = threading.Lock()
+
+    def send(item: dict[str, Any]) -> None:
+        line = json.dumps(item) + "\n"
+        with lock:
+            try:
+                out.write(line)
+                out.flush()
+            except (BrokenPipeError, ValueError):  # the parent is gone (ValueError: closed here): nobody to tell
+                pass
+    return send
+
+
+def report_run(runner: Runner, console: ReportConsole) -> int:
+    """Run the shard to its end and report how it ended: ``fatal`` when it failed as a whole, then ``exit``."""
+    from inferstream.errors import InferstreamError
+
+    try:
+        code: int = runner.run().exit_code
+    except InferstreamError as exc:
+        console.send(fatal=str(exc))
+        code = 1
+    console.send(exit=code)
+    return code
 
 
 def _die_with_parent() -> None:
@@ -109,22 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_sigint)
     _die_with_parent()
     with os.fdopen(int(args[0]), "w") as out:
-        console = PipeConsole(out)
+        console = ReportConsole(pipe_sender(out))
         console.send(ready=os.getpid())
         spec = json.load(sys.stdin)
         from inferstream.app.runner import Runner
-        from inferstream.errors import InferstreamError
 
         runner = Runner(decode_plan(spec["plan"]), console, None, float(spec["eos_timeout_s"]))
         for _ in early:
             runner.interrupt()
-        try:
-            code: int = runner.run().exit_code
-        except InferstreamError as exc:
-            console.send(fatal=str(exc))
-            code = 1
-        console.send(exit=code)
-    return code
+        return report_run(runner, console)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from queue import Empty, Queue
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Protocol
 
 from inferstream.app.config import AppConfig
 from inferstream.app.console import Console
@@ -30,7 +30,7 @@ from inferstream.app.pipeline import Plan, build_plan
 from inferstream.app.runner import EXIT_EVENTS_LOST, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, RunError, Runner, RunResult
 from inferstream.app.signals import StopSignals
 from inferstream.app.worker import decode_snapshot, encode_plan
-from inferstream.app.workerstats import merge_batches, worker_metrics
+from inferstream.app.workerstats import health, merge_batches, worker_metrics
 from inferstream.errors import ConfigError
 
 TICK_S: Final = 0.1
@@ -90,11 +90,23 @@ def shards(n_sources: int, n_workers: int) -> list[range]:
     return out
 
 
+class WorkerProcess(Protocol):
+    """What the supervisor needs of a worker: a ``subprocess.Popen`` here, a Ray actor in cluster mode."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
 @dataclass
 class _Worker:
     index: int
     plan: Plan
-    proc: subprocess.Popen[bytes] | None = None
+    shard: range  # the indices of its sources in the config
+    proc: WorkerProcess | None = None
+    node: str | None = None  # cluster mode: the Ray node it runs on
     generation: int = 0
     snap: Snapshot | None = None
     snap_at: float = 0.0  # when it was taken (time.monotonic, the same clock in every process on the host)
@@ -117,6 +129,10 @@ class _Worker:
     def name(self) -> str:
         return f"worker {self.index} ({', '.join(self.ids)})"
 
+    @property
+    def where(self) -> str:
+        return f"{self.name} on node {self.node}" if self.node else self.name
+
     def any_frames(self) -> bool:
         return self.snap is not None and any(v.frames for v in self.snap.streams)
 
@@ -127,8 +143,8 @@ class Supervisor:
     def __init__(self, cfg: AppConfig, n_workers: int, console: Console, metrics_port: int | None = None,
                  eos_timeout_s: float = 10.0) -> None:
         self.cfg, self.console, self.metrics_port, self.eos_timeout_s = cfg, console, metrics_port, eos_timeout_s
-        self.workers = [_Worker(i, build_plan(cfg, shard)) for i, shard in enumerate(shards(len(cfg.sources),
-                                                                                           n_workers))]
+        self.workers = [_Worker(i, build_plan(cfg, shard), shard)
+                        for i, shard in enumerate(shards(len(cfg.sources), n_workers))]
         self.order = cfg.stream_ids()
         self.inbox: Queue[tuple[int, int, dict[str, Any] | None]] = Queue()
         self.metrics: MetricsServer | None = None
@@ -142,19 +158,24 @@ class Supervisor:
 
     # processes --------------------------------------------------------------------------------------------
     def _spawn(self, w: _Worker) -> None:
-        read_fd, write_fd = os.pipe()
         w.generation += 1
         w.snap, w.exit_code, w.fatal, w.ready, w.sigints, w.closed_at = None, None, None, False, 0, None
-        w.proc = subprocess.Popen([sys.executable, "-m", "inferstream.app.worker", str(write_fd)],
-                                  stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
-                                  start_new_session=True)  # the terminal's Ctrl-C reaches the parent only
+        w.proc = self._launch(w)
+
+    def _launch(self, w: _Worker) -> WorkerProcess:
+        """Start ``w``'s process; its reports reach the inbox as (index, generation, item), None when it ends."""
+        read_fd, write_fd = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-m", "inferstream.app.worker", str(write_fd)],
+                                stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
+                                start_new_session=True)  # the terminal's Ctrl-C reaches the parent only
         os.close(write_fd)
-        assert w.proc.stdin is not None and w.proc.stderr is not None
-        w.proc.stdin.write(json.dumps({"plan": encode_plan(w.plan), "eos_timeout_s": self.eos_timeout_s}).encode())
-        w.proc.stdin.close()
-        for target, stream in ((self._read_reports, os.fdopen(read_fd, "r")), (self._read_stderr, w.proc.stderr)):
+        assert proc.stdin is not None and proc.stderr is not None
+        proc.stdin.write(json.dumps({"plan": encode_plan(w.plan), "eos_timeout_s": self.eos_timeout_s}).encode())
+        proc.stdin.close()
+        for target, stream in ((self._read_reports, os.fdopen(read_fd, "r")), (self._read_stderr, proc.stderr)):
             threading.Thread(target=target, args=(w, w.generation, stream), daemon=True,
                              name=f"worker{w.index}-{target.__name__}").start()
+        return proc
 
     def _read_reports(self, w: _Worker, generation: int, stream: IO[str]) -> None:
         with stream:
@@ -190,7 +211,7 @@ class Supervisor:
         try:
             for w in self.workers:
                 self._spawn(w)
-            self.say("workers: " + "; ".join(f"{w.name} pid {w.proc.pid if w.proc else '-'}" for w in self.workers))
+            self.say(self._started_line())
             if self.metrics is not None:
                 self.say(f"metrics: http://127.0.0.1:{self.metrics.port}/metrics")
             self._loop()
@@ -201,7 +222,7 @@ class Supervisor:
             if self.metrics is not None:
                 self.metrics.publish(final, worker_metrics(self.workers, self.order))
                 self.metrics.close()
-            self.console.message("workers: " + "; ".join(map(_health, self.workers)),
+            self.console.message("workers: " + "; ".join(map(health, self.workers)),
                                  error=any(w.causes or w.fatal for w in self.workers))
             self.console.close(final)
         died = any(w.causes or w.fatal for w in self.workers)
@@ -211,6 +232,9 @@ class Supervisor:
             EXIT_EVENTS_LOST if lost else EXIT_OK
         outputs = {s.id: s.output for w in self.workers for s in w.plan.streams if s.output}
         return RunResult(code, bool(self._interrupts), final, outputs)
+
+    def _started_line(self) -> str:
+        return "workers: " + "; ".join(f"{w.name} pid {w.proc.pid if w.proc else '-'}" for w in self.workers)
 
     @property
     def _interrupts(self) -> int:
@@ -308,9 +332,12 @@ class Supervisor:
         if w.fatal is not None:
             self._fail(w, f"failed: {w.fatal}", fast=True)
         elif w.exit_code is None:
-            self._on_death(w, _describe_exit(rc, w.stderr))
+            self._on_death(w, self._exit_cause(w, rc))
         else:
             w.ended = True
+
+    def _exit_cause(self, w: _Worker, rc: int) -> str:
+        return _describe_exit(rc, w.stderr)
 
     def _on_death(self, w: _Worker, cause: str) -> None:
         w.causes.append(cause)
@@ -356,13 +383,6 @@ class Supervisor:
         active = max(end for _, end in windows) - min(start for start, _ in windows) if windows else 0.0
         return Snapshot(time.monotonic() - self._started, tuple(views[sid] for sid in self.order),
                         merge_batches([s.batch for s, _ in snaps]), active)
-
-
-def _health(w: _Worker) -> str:
-    if not w.causes and not w.fatal:
-        return f"{w.name} ok"
-    causes = [*w.causes, *([f"failed: {w.fatal}"] if w.fatal else [])]
-    return f"{w.name} died {len(w.causes)}x, restarted {w.restarts}x ({'; '.join(causes)})"
 
 
 def _describe_exit(rc: int, stderr: deque[str]) -> str:

@@ -1,5 +1,5 @@
-"""What the supervisor of ``--workers`` adds to the run's numbers: the workers' batch stats merged into one, and
-per-worker health in the Prometheus text."""
+"""What the supervisor of ``--workers`` adds to the run's numbers: the workers' batch stats merged into one,
+per-worker health in the Prometheus text, and each worker's line in the summary."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -25,8 +25,9 @@ def merge_batches(stats: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def worker_metrics(workers: Sequence[_Worker], order: Sequence[str]) -> str:
-    """Per-worker health: up, restarts, failed, its batch fill, and which worker runs each stream."""
-    lab = [(f'{{worker="{w.index}"}}', w) for w in workers]
+    """Per-worker health: up, restarts, failed, its batch fill, and which worker runs each stream. In cluster
+    mode each worker's rows also carry the Ray node it runs on (``node``)."""
+    lab = [(f'{{worker="{w.index}"' + (f',node="{w.node}"' if w.node else "") + "}", w) for w in workers]
     fill = [(lb, w.snap.batch["mean-fill"]) for lb, w in lab if w.snap and "mean-fill" in w.snap.batch]
     where = {sid: w.index for w in workers for sid in w.ids}
     return "\n".join([
@@ -40,3 +41,11 @@ def worker_metrics(workers: Sequence[_Worker], order: Sequence[str]) -> str:
         *metric_lines("stream_worker", "gauge", "The worker that runs the stream",
                       [(f'{{stream="{sid}"}}', where[sid]) for sid in order]),
     ]) + "\n"
+
+
+def health(w: _Worker) -> str:
+    """The summary's word on a worker: ok, or how often it died and was restarted, and why."""
+    if not w.causes and not w.fatal:
+        return f"{w.where} ok"
+    causes = [*w.causes, *([f"failed: {w.fatal}"] if w.fatal else [])]
+    return f"{w.where} died {len(w.causes)}x, restarted {w.restarts}x ({'; '.join(causes)})"
