@@ -9,6 +9,7 @@ gi.require_version("Gst", "1.0")
 from gi.repository import Gst  # noqa: E402
 
 from inferstream.frames.raw import PACKED_FORMATS, PLANAR_FORMATS  # noqa: E402
+from inferstream.gstcompat import structure  # noqa: E402
 
 CUDA_MEMORY: Final = "memory:CUDAMemory"  # GST_CAPS_FEATURE_MEMORY_CUDA_MEMORY
 CUDA_FORMATS: Final = ("NV12", "RGBA", "BGRA", "RGBx", "BGRx", "RGB")
@@ -49,7 +50,7 @@ def without_cuda_memory(caps: Gst.Caps) -> Gst.Caps:
     for i in range(caps.get_size()):
         if not is_cuda_memory(caps, i):
             features = caps.get_features(i)
-            out.append_structure_full(caps.get_structure(i).copy(), features.copy() if features else None)
+            out.append_structure_full(structure(caps.get_structure(i)).copy(), features.copy() if features else None)
     return out
 
 

@@ -38,6 +38,7 @@ from inferstream.elements._caps import any_video_caps, video_templates  # noqa: 
 from inferstream.elements._errors import post_error  # noqa: E402
 from inferstream.elements._stream import read_stream_info  # noqa: E402
 from inferstream.errors import ConfigError  # noqa: E402
+from inferstream.gstcompat import structure  # noqa: E402
 from inferstream.meta.payload import attach_payloads, register_payload_meta  # noqa: E402
 from inferstream.messaging.schema import SCHEMAS  # noqa: E402
 
@@ -135,7 +136,7 @@ class PyMsgConv(GstBase.BaseTransform):  # type: ignore[misc]
         return GstBase.BaseTransform.do_change_state(self, transition)
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
-        s = incaps.get_structure(0)
+        s = structure(incaps.get_structure(0))
         (ok_w, width), (ok_h, height) = s.get_int("width"), s.get_int("height")
         self._size = (width, height) if ok_w and ok_h else (0, 0)
         return True
