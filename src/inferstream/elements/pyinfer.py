@@ -37,7 +37,7 @@ from inferstream.elements._caps import (
 from inferstream.elements._config_file import ConfigFile  # noqa: E402
 from inferstream.elements._errors import post_error, post_warning  # noqa: E402
 from inferstream.elements._stream import stream_info_event  # noqa: E402
-from inferstream.errors import ConfigError  # noqa: E402
+from inferstream.errors import ConfigError, MetaWriteError  # noqa: E402
 from inferstream.frames.nvmm import pyservicemaker_available  # noqa: E402
 from inferstream.inference import PREPROCESS_MODES  # noqa: E402
 from inferstream.models.registry import FAMILIES as MODEL_FAMILIES  # noqa: E402
@@ -241,6 +241,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._cuda: tuple[str, str | None] | None = None  # (device, why CUDA memory is unavailable), per device
         self._cuda_index: int | None = None
         self._told_upload = False
+        self._told_keypoints = False  # warned that this GStreamer cannot carry keypoints (1.26)
         self._follower: tuple[Callable[[list[Any]], None], object] | None = None
         self._nvinfer = ConfigFile(self)
         self._class_conf: tuple[tuple[int, float], ...] = ()  # from config-file's [class-attrs-N]
@@ -375,6 +376,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._ended = False
         self._skip = self.interval
         self._told_upload = False
+        self._told_keypoints = False
         self._cuda = None
         self._cuda_index = self._group.detector.backend.device.index if self._cuda_ok() else None
         return True
@@ -525,9 +527,13 @@ class _InferJob:
         el = self.element
         ids = write_detections(self.buf, dets, el._label_quarks(detector.labels), el._producer)
         if dets.masks is not None or dets.keypoints is not None:
-            from inferstream.meta.instances import write_instances
+            from inferstream.meta.instances import keypoints_supported, write_instances
 
             write_instances(self.buf, dets, ids)
+            if dets.keypoints is not None and not el._told_keypoints and not keypoints_supported():
+                el._told_keypoints = True
+                post_warning(el, MetaWriteError("no GstAnalyticsTensorMtd, new in GStreamer 1.28"),
+                             f"keypoints not written on GStreamer {Gst.version_string()}")
         follower = el._follower
         return None if follower is None else (follower[0], (follower[1], self.buf))
 
