@@ -533,7 +533,7 @@ class _InferJob:
             if dets.keypoints is not None and not el._told_keypoints and not keypoints_supported():
                 el._told_keypoints = True
                 post_warning(el, MetaWriteError("no GstAnalyticsTensorMtd, new in GStreamer 1.28"),
-                             f"keypoints not written on GStreamer {Gst.version_string()}")
+                             f"keypoints not written on {Gst.version_string()}")
         follower = el._follower
         return None if follower is None else (follower[0], (follower[1], self.buf))
 
