@@ -18,6 +18,7 @@ from scipy.optimize import linear_sum_assignment
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
+from inferstream.gstcompat import structure
 from inferstream.meta.gstanalytics import read_detections
 
 MEDIAN_IOUS: list[float] = []
@@ -33,7 +34,7 @@ def decode_frames(desc: str, count: int) -> list[np.ndarray]:
         sample = sink.emit("try-pull-sample", 20 * Gst.SECOND)
         if sample is None:
             break
-        s = sample.get_caps().get_structure(0)
+        s = structure(sample.get_caps().get_structure(0))
         w, h = s.get_value("width"), s.get_value("height")
         buf = sample.get_buffer()
         _, m = buf.map(Gst.MapFlags.READ)

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "detections", "rawframe"),  # the shared vocabulary: errors, Detections, RawFrame
     ("cache",),  # the cache directory
     # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
-    ("native", "samples"),
+    ("native", "samples", "gstcompat"),  # gstcompat: what differs between the gst-python releases we run on
     ("ops", "backends", "tracking", "vlm", "nvinfer_config", "shared_worker"),  # pure computation, one job each
     ("models", "frames"),  # model families (over backends and ops); buffers -> RawFrame
     ("meta",),  # metadata writers and readers
@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gst_plugins",),  # one gst-python entry file per element
     ("app",),  # CLI, config, pipeline plans, runner
 )
-GI_ROOMS = frozenset({"native", "frames", "meta", "elements", "gst_plugins", "app"})
+GI_ROOMS = frozenset({"native", "gstcompat", "frames", "meta", "elements", "gst_plugins", "app"})
 SAME_LAYER = frozenset({("secondary", "inference"), ("inference", "secondary")})  # one job in two files
 
 

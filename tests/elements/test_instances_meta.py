@@ -17,7 +17,7 @@ from parity import decode_frames, pyinfer_frames, randomise_yolo
 
 from inferstream.detections import Detections
 from inferstream.meta.gstanalytics import label_quarks, read_detections, write_detections
-from inferstream.meta.instances import write_instances
+from inferstream.meta.instances import keypoints_supported, write_instances
 from inferstream.ops.draw import id_color
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
@@ -67,10 +67,15 @@ def test_masks_and_keypoints_read_back_as_written() -> None:
     assert not result.errors, result.errors
     got, want = result.seen["out"][0].dets, _known()
     assert all(torch.equal(a, b) for a, b in zip(got.masks, want.masks)) and len(got.masks) == 2
-    assert torch.equal(got.keypoints, want.keypoints)
+    if keypoints_supported():
+        assert torch.equal(got.keypoints, want.keypoints)
+    else:  # GStreamer 1.26: no TensorMtd, the keypoints are left out (pyinfer warns once)
+        assert got.keypoints is None
 
 
 def test_stock_segmentationoverlay_draws_our_masks(tmp_path: Path) -> None:
+    if Gst.ElementFactory.find("segmentationoverlay") is None:
+        pytest.skip(f"no segmentationoverlay in {Gst.version_string()}: the element is new in 1.28")
     inject("seg", _attach)
     png = ARTIFACTS / "segmentationoverlay.png"
     png.parent.mkdir(exist_ok=True)
@@ -104,6 +109,9 @@ def test_pyosd_blends_masks_and_draws_skeletons() -> None:
     colour = np.array(id_color(1000 + 0))
     assert np.abs(img[inside] - (colour * 0.5).round()).max() <= 1  # black frame: half the object's colour
     assert not _inside(dets, 0)[35, 25] and not img[35, 25].any()  # in the box, outside the disc: untouched
+    if not keypoints_supported():
+        pytest.skip(f"skeletons: {Gst.version_string()} has no GstAnalyticsTensorMtd (new in 1.28) to carry keypoints "
+                    "(the masks were checked)")
     colour1 = np.array(id_color(1000 + 1))
     assert (img[150, 235] == colour1).all()  # on the shoulder-to-shoulder limb
     assert (img[200, 215] == colour1).all()  # the hip's dot
@@ -173,4 +181,7 @@ def test_pymsgconv_payloads_carry_masks_as_rle_and_keypoints() -> None:
     for obj, mask, kpts, box in zip(doc["objects"], want.masks, want.keypoints, want.boxes_xyxy):
         assert obj["mask"]["origin"] == box[:2].int().tolist() and obj["mask"]["size"] == list(mask.shape)
         assert np.array_equal(_decode_rle(obj["mask"]["size"], obj["mask"]["counts"]), mask.numpy())
-        assert np.allclose(obj["keypoints"], kpts.numpy(), atol=0.01)
+        if keypoints_supported():
+            assert np.allclose(obj["keypoints"], kpts.numpy(), atol=0.01)
+        else:  # GStreamer 1.26: no TensorMtd, so no keypoints in the metadata nor in the payload
+            assert "keypoints" not in obj

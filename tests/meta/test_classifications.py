@@ -38,7 +38,12 @@ def test_classifications_round_trip_with_producer_and_type() -> None:
     rmeta = GstAnalytics.buffer_get_analytics_relation_meta(buf)
     ok, od = rmeta.get_od_mtd(meta.od_ids[0])
     assert ok
-    related = list(od.iter_direct_related(GstAnalytics.RelTypes.RELATE_TO, GstAnalytics.ClsMtd))
+    if hasattr(od, "iter_direct_related"):  # 1.28's pythonic API: every related ClsMtd
+        related = list(od.iter_direct_related(GstAnalytics.RelTypes.RELATE_TO, GstAnalytics.ClsMtd))
+    else:  # 1.26 (Debian 13): the C call, which returns the first (passing its state back trips PyGObject)
+        found, _state, mtd = rmeta.get_direct_related(od.id, GstAnalytics.RelTypes.RELATE_TO,
+                                                      GstAnalytics.ClsMtd.get_mtd_type(), 0)
+        related = [rmeta.get_cls_mtd(mtd.id)[1]] if found else []
     assert [GLib.quark_to_string(c.get_quark(0)) for c in related] == ["blue"]
 
 

@@ -8,6 +8,7 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
+from inferstream.gstcompat import structure
 from inferstream.rawframe import PACKED_FORMATS, PLANAR_FORMATS
 
 CUDA_MEMORY: Final = "memory:CUDAMemory"  # GST_CAPS_FEATURE_MEMORY_CUDA_MEMORY
@@ -49,7 +50,7 @@ def without_cuda_memory(caps: Gst.Caps) -> Gst.Caps:
     for i in range(caps.get_size()):
         if not is_cuda_memory(caps, i):
             features = caps.get_features(i)
-            out.append_structure_full(caps.get_structure(i).copy(), features.copy() if features else None)
+            out.append_structure_full(structure(caps.get_structure(i)).copy(), features.copy() if features else None)
     return out
 
 

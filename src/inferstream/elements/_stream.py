@@ -11,6 +11,8 @@ import gi
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
+from inferstream.gstcompat import structure
+
 STREAM_INFO = "inferstream/stream-info"
 
 
@@ -25,8 +27,8 @@ def read_stream_info(pad: Gst.Pad) -> tuple[str, int] | None:
     """(stream-id, source-id) from the sticky event on ``pad``, or None when no pyinfer is upstream."""
     index = 0
     while (event := pad.get_sticky_event(Gst.EventType.CUSTOM_DOWNSTREAM_STICKY, index)) is not None:
-        structure = event.get_structure()
-        if structure is not None and structure.get_name() == STREAM_INFO:
-            return structure.get_value("stream-id"), structure.get_value("source-id")
+        info = structure(event.get_structure())
+        if info is not None and info.get_name() == STREAM_INFO:
+            return info.get_value("stream-id"), info.get_value("source-id")
         index += 1
     return None

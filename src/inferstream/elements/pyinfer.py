@@ -222,7 +222,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             return False
         self._source_id = self.source_id if self.source_id >= 0 else member.index
         try:
-            writer: AnalyticsWriter | None = AnalyticsWriter(self.unique_id)
+            writer: AnalyticsWriter | None = AnalyticsWriter(
+                self.unique_id, warn=lambda exc, text: post_warning(self, exc, text))
         except (OSError, AttributeError) as exc:  # no GstAnalytics >= 1.26 (DeepStream 8/9 ship GStreamer 1.24)
             writer = None  # NvDs metadata needs none of it: NVMM input still works
             if not pyservicemaker_available():
@@ -238,6 +239,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._runner.seat(offered_at(self.srcpad.get_peer()))  # a pytracker right after this element
         self._ended = False
         self._told_upload = False
+        self._told_keypoints = False
         self._cuda = None
         self._cuda_index = member.group.model.backend.device.index if self._cuda_ok() else None
         self._swap.attach(member.group)

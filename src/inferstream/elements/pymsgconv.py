@@ -38,6 +38,7 @@ from inferstream.elements._caps import any_video_caps, video_templates
 from inferstream.elements._errors import post_error
 from inferstream.elements._stream import read_stream_info
 from inferstream.errors import ConfigError
+from inferstream.gstcompat import structure
 from inferstream.messaging.schema import SCHEMAS
 from inferstream.meta.payload import attach_payloads, register_payload_meta
 
@@ -135,7 +136,7 @@ class PyMsgConv(GstBase.BaseTransform):  # type: ignore[misc]
         return GstBase.BaseTransform.do_change_state(self, transition)
 
     def do_set_caps(self, incaps: Gst.Caps, outcaps: Gst.Caps) -> bool:
-        s = incaps.get_structure(0)
+        s = structure(incaps.get_structure(0))
         (ok_w, width), (ok_h, height) = s.get_int("width"), s.get_int("height")
         self._size = (width, height) if ok_w and ok_h else (0, 0)
         return True

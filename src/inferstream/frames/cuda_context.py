@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.errors import ConfigError
+from inferstream.gstcompat import structure
 from inferstream.native.cuda import primary_context
 from inferstream.native.gst import c_address
 
@@ -166,7 +167,7 @@ def check_gst_context(context: Gst.Context, device: int | None = None) -> bool:
     if context.get_context_type() != CUDA_CONTEXT_TYPE:
         return False
     dev = device_index(device)
-    cuda_ctx = context.get_structure().get_value(CUDA_CONTEXT_TYPE)
+    cuda_ctx = structure(context.get_structure()).get_value(CUDA_CONTEXT_TYPE)
     handle = c_address(cuda_ctx.get_handle()) if cuda_ctx is not None else 0
     if handle != torch_context_handle(dev):
         raise CudaContextMismatchError(mismatch_message(handle, torch_context_handle(dev), dev))

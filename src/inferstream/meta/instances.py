@@ -8,6 +8,8 @@ Conventions (GStreamer 1.28):
     ``RELATE_TO`` both ways with its ODMtd;
   * keypoints: one ``TensorMtd`` per detection, id quark ``inferstream/keypoints``, float32 ``(K, 3)`` row-major
     (x, y, score in frame pixels), related ``RELATE_TO`` from its ODMtd (1.28 has no keypoint Mtd: 1.30 adds one).
+    GStreamer 1.26 (Debian 13) has the SegmentationMtd but no TensorMtd: there masks are written and read, keypoints
+    neither (``keypoints_supported()``).
 Like ``meta.gstanalytics``, every call goes through ctypes and keeps the GIL (one mask costs six calls).
 """
 from __future__ import annotations
@@ -55,7 +57,7 @@ class _Api:
     gst: ctypes.PyDLL
     video: ctypes.PyDLL
     seg_type: int
-    tensor_type: int
+    tensor_type: int | None  # None: no GstAnalyticsTensorMtd (GStreamer 1.26)
     video_meta_api: int
     gray8: int
     instance: int
@@ -83,22 +85,31 @@ def _api() -> _Api:
     bind(video, [("gst_buffer_add_video_meta_full", vp, (vp, i, i, u, u, u, ctypes.POINTER(sz), ctypes.POINTER(i))),
                  ("gst_video_meta_api_get_type", sz, ())])
     bind(lib, [("gst_analytics_segmentation_mtd_get_mtd_type", sz, ()),
-               ("gst_analytics_tensor_mtd_get_mtd_type", sz, ()),
                ("gst_analytics_relation_meta_add_segmentation_mtd", i, (vp, vp, i, sz, pu, i, i, u, u, pm)),
-               ("gst_analytics_segmentation_mtd_get_mask", vp, (pm, pi, pi, pu, pu)),
-               ("gst_analytics_relation_meta_add_tensor_mtd_simple", i,
-                (vp, u, i, vp, i, sz, ctypes.POINTER(sz), pm)),
-               ("gst_analytics_tensor_mtd_get_tensor", ctypes.POINTER(_Tensor), (pm,))])
+               ("gst_analytics_segmentation_mtd_get_mask", vp, (pm, pi, pi, pu, pu))])
+    has_tensor_mtd = hasattr(lib, "gst_analytics_tensor_mtd_get_mtd_type")  # GStreamer >= 1.28
+    if has_tensor_mtd:
+        bind(lib, [("gst_analytics_tensor_mtd_get_mtd_type", sz, ()),
+                   ("gst_analytics_relation_meta_add_tensor_mtd_simple", i,
+                    (vp, u, i, vp, i, sz, ctypes.POINTER(sz), pm)),
+                   ("gst_analytics_tensor_mtd_get_tensor", ctypes.POINTER(_Tensor), (pm,))])
     return _Api(gst, video, lib.gst_analytics_segmentation_mtd_get_mtd_type(),
-                lib.gst_analytics_tensor_mtd_get_mtd_type(), video.gst_video_meta_api_get_type(),
+                lib.gst_analytics_tensor_mtd_get_mtd_type() if has_tensor_mtd else None,
+                video.gst_video_meta_api_get_type(),
                 int(GstVideo.VideoFormat.GRAY8), int(GstAnalytics.SegmentationType.INSTANCE),
                 int(GstAnalytics.TensorDataType.FLOAT32), int(GstAnalytics.TensorDimOrder.ROW_MAJOR),
                 quark(KEYPOINTS_TENSOR_ID))
 
 
+def keypoints_supported() -> bool:
+    """Whether this GStreamer can carry keypoints: GstAnalyticsTensorMtd is new in 1.28 (1.26 has none)."""
+    return _api().tensor_type is not None
+
+
 def write_instances(buf: Gst.Buffer, dets: Detections, od_ids: Sequence[int]) -> None:
     """Attach ``dets``' masks and keypoints (CPU, frame pixels), each related to its ODMtd (``od_ids``, row order,
-    as ``write_detections`` returned them). Does nothing for detections without either."""
+    as ``write_detections`` returned them). Does nothing for detections without either; keypoints are left out
+    where ``keypoints_supported()`` is False (the caller says so)."""
     if dets.masks is None and dets.keypoints is None:
         return
     api, lib = _api(), analytics().lib
@@ -107,7 +118,7 @@ def write_instances(buf: Gst.Buffer, dets: Detections, od_ids: Sequence[int]) ->
         raise MetaWriteError("write_instances: the buffer has no relation meta (write_detections first)")
     if dets.masks is not None:
         _write_masks(api, rmeta, dets.masks, dets.boxes_xyxy, od_ids)
-    if dets.keypoints is not None:
+    if dets.keypoints is not None and api.tensor_type is not None:
         _write_keypoints(api, rmeta, dets.keypoints, od_ids)
 
 
@@ -184,8 +195,9 @@ def read_instances(rmeta: int, od_ids: Sequence[int]) -> tuple[tuple[Tensor, ...
     for od_id in od_ids:
         masks.append(next((_read_mask(api, seg) for _ in _related(rmeta, od_id, REL_RELATE_TO, api.seg_type, seg)),
                           None))
-        kpts.append(next((t for _ in _related(rmeta, od_id, REL_RELATE_TO, api.tensor_type, ten)
-                          if (t := _read_keypoints(api, ten)) is not None), None))
+        if api.tensor_type is not None:
+            kpts.append(next((t for _ in _related(rmeta, od_id, REL_RELATE_TO, api.tensor_type, ten)
+                              if (t := _read_keypoints(api, ten)) is not None), None))
     out_masks = None
     if any(m is not None for m in masks):
         out_masks = tuple(torch.zeros((0, 0), dtype=torch.uint8) if m is None else m for m in masks)

@@ -8,7 +8,7 @@ writer; nothing here decides what to infer):
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,13 +24,16 @@ class AnalyticsWriter:
             works then.
     """
 
-    def __init__(self, unique_id: int) -> None:
+    def __init__(self, unique_id: int, warn: Callable[[Exception, str], None] | None = None) -> None:
+        """``warn(error, text)``: how the owner reports what this GStreamer cannot carry (said once)."""
         from inferstream.meta.gstanalytics import producer_quark
         from inferstream.native.analytics import loops as analytics_loops
 
         self.producer = producer_quark(unique_id)
         analytics_loops()  # build or load the compiled loops now, not while the first batch waits
         self._quarks: dict[tuple[str, ...], list[int]] = {}
+        self._warn = warn
+        self._told_keypoints = False
 
     def label_quarks(self, labels: tuple[str, ...]) -> list[int]:
         quarks = self._quarks.get(labels)
@@ -46,9 +49,18 @@ class AnalyticsWriter:
 
         ids = write_detections(buf, dets, self.label_quarks(labels), self.producer)
         if dets.masks is not None or dets.keypoints is not None:
-            from inferstream.meta.instances import write_instances
+            from inferstream.meta.instances import keypoints_supported, write_instances
 
             write_instances(buf, dets, ids)
+            if dets.keypoints is not None and not self._told_keypoints and not keypoints_supported():
+                self._told_keypoints = True  # GStreamer 1.26: masks are written, keypoints cannot be
+                if self._warn is not None:
+                    from gi.repository import Gst
+
+                    from inferstream.errors import MetaWriteError
+
+                    self._warn(MetaWriteError("no GstAnalyticsTensorMtd, new in GStreamer 1.28"),
+                               f"keypoints not written on {Gst.version_string()}")
 
     def classifications(self, buf: Gst.Buffer, od_ids: Sequence[int], classes: Sequence[int],
                         scores: Sequence[float], labels: tuple[str, ...], producer: Sequence[int]) -> None:
