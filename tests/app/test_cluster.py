@@ -268,9 +268,10 @@ def test_cluster_through_ray_client_runs_every_frame(cluster: str, tmp_path: Pat
     with socket.socket() as free:
         free.bind((HOST, 0))
         port = free.getsockname()[1]
+    log = tmp_path / "client-server.log"
     server = subprocess.Popen([sys.executable, "-m", "ray.util.client.server", "--address", cluster, "--host", HOST,
                                "--port", str(port), "--mode", "proxy"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)  # what `ray start --head` runs on port 10001
+                              stderr=log.open("w"))  # what `ray start --head` runs on port 10001
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -284,7 +285,7 @@ def test_cluster_through_ray_client_runs_every_frame(cluster: str, tmp_path: Pat
     finally:
         server.terminate()
         server.wait(timeout=30)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 0, run.stderr + log.read_text()[-3000:]
     assert _placed(run.stdout).keys() == {0, 1}
     assert _summary(run.stdout) == {"cam0": ("done", 5), "cam1": ("done", 5)}
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 INSTALL_HINT: Final = "pip install 'inferstream[cluster]'"
 PROBE_TIMEOUT_S: Final = 5.0
+CLIENT_INIT_ATTEMPTS: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +96,25 @@ def connect(address: str, debug: bool = False) -> list[Node]:
     target = _auto_address() if address == "auto" else address
     if target is not None:
         _probe(address, target)
-    try:  # log_to_driver: the actors' own stderr (C-level GStreamer output) only with --debug
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=debug)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise RunError(f"cannot join the Ray cluster at {address}: {first}") from None
+    for attempt in range(CLIENT_INIT_ATTEMPTS):
+        try:  # log_to_driver: the actors' own stderr (C-level GStreamer output) only with --debug
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=debug)
+            break
+        except ConnectionAbortedError as exc:
+            # Ray Client's proxy answers a busy start of the client's own server with an empty Init failure; it
+            # is transient (seen on a loaded 2-core machine): one more try, then the error
+            if attempt + 1 == CLIENT_INIT_ATTEMPTS:
+                raise RunError(f"cannot join the Ray cluster at {address}: {_first_line(exc)} (tried "
+                               f"{CLIENT_INIT_ATTEMPTS} times)") from None
+            ray.shutdown()
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RunError(f"cannot join the Ray cluster at {address}: {_first_line(exc)}") from None
     return [Node(n["NodeID"], n["NodeManagerAddress"], float(n["Resources"].get("CPU", 0)),
                  float(n["Resources"].get("GPU", 0))) for n in ray.nodes() if n.get("Alive")]
+
+
+def _first_line(exc: BaseException) -> str:
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 def _auto_address() -> str | None:
