@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -53,10 +54,15 @@ def group() -> BatchGroup:
     return g
 
 
-def test_a_requested_model_is_swapped_in_between_batches(group: BatchGroup) -> None:
+def _attached(load: Callable[[str], ModelStep], group: BatchGroup) -> tuple[ModelSwap, _Events]:
     events = _Events()
-    swap = ModelSwap(_load, events)
+    swap = ModelSwap(load, events)
     swap.attach(group)
+    return swap, events
+
+
+def test_a_requested_model_is_swapped_in_between_batches(group: BatchGroup) -> None:
+    swap, events = _attached(_load, group)
     swap.request(SHIFTED)
     assert events.done.wait(30)
     assert events.log == [("swapped", f"{CFG.model} -> {SHIFTED}")]
@@ -66,9 +72,7 @@ def test_a_requested_model_is_swapped_in_between_batches(group: BatchGroup) -> N
 
 
 def test_a_model_that_fails_to_load_leaves_the_running_one(group: BatchGroup) -> None:
-    events = _Events()
-    swap = ModelSwap(_load, events)
-    swap.attach(group)
+    swap, events = _attached(_load, group)
     swap.request("blobs:no_such_factory")
     assert events.done.wait(30)
     (kind, text), shown = events.log
@@ -83,9 +87,7 @@ def test_a_load_finishing_after_stop_or_a_newer_request_is_cancelled(group: Batc
         release.wait(30)
         return _load(model)
 
-    events = _Events()
-    swap = ModelSwap(slow_load, events)
-    swap.attach(group)
+    swap, events = _attached(slow_load, group)
     swap.request(SHIFTED)
     swap.detach()  # the element stops while the model loads
     release.set()
@@ -102,9 +104,7 @@ def test_only_the_newest_of_two_requests_is_swapped_in(group: BatchGroup) -> Non
             first_may_finish.wait(30)
         return _load(model)
 
-    events = _Events()
-    swap = ModelSwap(load, events)
-    swap.attach(group)
+    swap, events = _attached(load, group)
     swap.request(SHIFTED)
     swap.request(CFG.model)  # the newer request: loads at once
     deadline = time.monotonic() + 30
