@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from inferstream.ops.boxes import rotated_envelope_xyxy
 from inferstream.tracking import ByteTrack
-from inferstream.tracking.geometry import envelope_xyxy
 from tests.tracking import libraries
 from tests.tracking.libraries import Runner as LibraryRunner
 from tests.tracking.scenes import Scene, SceneConfig, make_scene
@@ -96,12 +96,12 @@ def _ours(with_predicted: bool) -> Callable[[Scene, dict[str, Any]], Runner]:
                 ids = d.track_ids.numpy()
                 keep = ids >= 0
                 ang = None if d.angles_rad is None else d.angles_rad.numpy()[keep]
-                out_ids, out_boxes = ids[keep], envelope_xyxy(d.boxes_xyxy.numpy()[keep], ang)
+                out_ids, out_boxes = ids[keep], rotated_envelope_xyxy(d.boxes_xyxy.numpy()[keep], ang)
                 if with_predicted:
                     p = res.predicted
                     pang = None if p.angles_rad is None else p.angles_rad.numpy()
                     out_ids = np.concatenate([out_ids, p.track_ids.numpy()])
-                    out_boxes = np.concatenate([out_boxes, envelope_xyxy(p.boxes_xyxy.numpy(), pang)])
+                    out_boxes = np.concatenate([out_boxes, rotated_envelope_xyxy(p.boxes_xyxy.numpy(), pang)])
                 outputs.append((out_ids, out_boxes))
             return outputs, times
         return run
@@ -157,7 +157,7 @@ class Row:
 
 def _hota_of(run: Runner, scene: Scene) -> float:
     outputs, _ = run(scene)
-    gt = [(f.gt_ids, envelope_xyxy(f.gt_boxes, f.gt_angles)) for f in scene.frames]
+    gt = [(f.gt_ids, rotated_envelope_xyxy(f.gt_boxes, f.gt_angles)) for f in scene.frames]
     value = hota(gt, outputs)
     if value is None:
         raise RuntimeError("trackeval is needed for tuning (pip install trackeval)")

@@ -17,8 +17,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cache",),  # the cache directory
     # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
     ("native", "samples", "gstcompat"),  # gstcompat: what differs between the gst-python releases we run on
-    ("ops", "backends", "tracking", "vlm", "nvinfer_config", "shared_worker"),  # pure computation, one job each
-    ("models", "frames"),  # model families (over backends and ops); buffers -> RawFrame
+    ("ops", "backends", "vlm", "nvinfer_config", "shared_worker"),  # pure computation, one job each
+    ("models", "frames", "tracking"),  # model families (over backends and ops); buffers -> RawFrame; ByteTrack
     ("meta",),  # metadata writers and readers
     ("inference", "secondary"),  # a batch through a model: primary, and secondary on object crops
     ("batching",),  # frames of many streams into one batch

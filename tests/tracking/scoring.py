@@ -14,8 +14,9 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from inferstream.ops.boxes import rotated_envelope_xyxy
 from inferstream.tracking.base import Tracker
-from inferstream.tracking.geometry import envelope_xyxy, iou_matrix_xyxy
+from inferstream.tracking.geometry import iou_matrix_xyxy
 
 from .scenes import Scene
 
@@ -37,7 +38,7 @@ class Scores:
 
 
 def _gt(scene: Scene) -> list[FrameOutput]:
-    return [(f.gt_ids, envelope_xyxy(f.gt_boxes, f.gt_angles)) for f in scene.frames]
+    return [(f.gt_ids, rotated_envelope_xyxy(f.gt_boxes, f.gt_angles)) for f in scene.frames]
 
 
 def score(scene: Scene, outputs: Sequence[FrameOutput], match_iou: float = 0.5) -> Scores:
@@ -112,4 +113,4 @@ def run_tracker(scene: Scene, tracker: Tracker, with_predicted: bool = False) ->
 
 def _envelopes(boxes: FloatArray, angles_rad: torch.Tensor | None, keep: npt.NDArray[np.bool_] | None) -> FloatArray:
     angles = None if angles_rad is None else angles_rad.numpy() if keep is None else angles_rad.numpy()[keep]
-    return envelope_xyxy(boxes, angles)
+    return rotated_envelope_xyxy(boxes, angles)

@@ -1,4 +1,5 @@
-"""tracking/geometry.py against per-pair references and upstream golden vectors."""
+"""tracking/geometry.py (IoU) and the box conversions the trackers use (ops/boxes.py) against per-pair references and
+upstream golden vectors."""
 from __future__ import annotations
 
 import math
@@ -6,13 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from inferstream.tracking.geometry import (
-    cxcywh_to_xyxy,
-    envelope_xyxy,
-    iou_matrix_xyxy,
-    slack_iou_matrix,
-    xyxy_to_cxcywh,
-)
+from inferstream.ops.boxes import cxcywh_to_xyxy, rotated_envelope_xyxy, xyxy_to_cxcywh
+from inferstream.tracking.geometry import iou_matrix_xyxy, slack_iou_matrix
 
 
 def random_boxes(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -45,15 +41,15 @@ def test_iou_matrix_xyxy_handles_empty_and_degenerate_boxes() -> None:
 
 def test_envelope_xyxy_matches_gstanalytics_golden_vector() -> None:
     # gst-python testsuite/test_analytics.py: oriented (600, 400, 200, 100, 0.785) -> envelope x=594, y=344
-    env = envelope_xyxy(np.array([[600.0, 400.0, 800.0, 500.0]]), np.array([0.785]))[0]
+    env = rotated_envelope_xyxy(np.array([[600.0, 400.0, 800.0, 500.0]]), np.array([0.785]))[0]
     assert (round(env[0]), round(env[1])) == (594, 344)
     assert (round(env[2] - env[0]), round(env[3] - env[1])) == (212, 212)
 
 
 def test_envelope_xyxy_is_identity_without_angles_and_swaps_at_right_angle() -> None:
     boxes = np.array([[10.0, 20.0, 50.0, 30.0]])
-    np.testing.assert_array_equal(envelope_xyxy(boxes, None), boxes)
-    np.testing.assert_allclose(envelope_xyxy(boxes, np.array([math.pi / 2])), [[25.0, 5.0, 35.0, 45.0]])
+    np.testing.assert_array_equal(rotated_envelope_xyxy(boxes, None), boxes)
+    np.testing.assert_allclose(rotated_envelope_xyxy(boxes, np.array([math.pi / 2])), [[25.0, 5.0, 35.0, 45.0]])
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -87,9 +87,9 @@ def _write_ods_native(native: Loops, rmeta: int, edges: Tensor, dets: Detections
     """``write_detections``' ODMtds (and producer record) in one call of the compiled loop."""
     import numpy as np
 
-    xyxy = edges.numpy().astype(np.int32)
-    xywh = xyxy.copy()
-    np.subtract(xyxy[:, 2:], xyxy[:, :2], out=xywh[:, 2:])
+    from inferstream.ops.boxes import xyxy_to_xywh
+
+    xywh = np.ascontiguousarray(xyxy_to_xywh(edges.numpy().astype(np.int32)))
     row_quarks = _quark_array(tuple(quarks))[dets.labels.numpy()]
     scores = np.ascontiguousarray(dets.scores.numpy(), dtype=np.float32)
     angles = None if dets.angles_rad is None else np.ascontiguousarray(dets.angles_rad.numpy(), dtype=np.float32)
@@ -115,7 +115,9 @@ def _quark_array(quarks: tuple[int, ...]) -> npt.NDArray[np.uint32]:
 def _write_ods(lib: ctypes.PyDLL, rmeta: int, edges: Tensor, dets: Detections, quarks: Sequence[int],
                producer: int | None) -> _OdsWritten:
     """``write_detections``' ODMtds (and producer record) call by call, where the loop could not be compiled."""
-    boxes = [(x, y, x2 - x, y2 - y) for x, y, x2, y2 in edges.int().tolist()]
+    from inferstream.ops.boxes import xyxy_to_xywh
+
+    boxes = xyxy_to_xywh(edges.int()).tolist()
     scores, labels = dets.scores.tolist(), dets.labels.tolist()
     angles = None if dets.angles_rad is None else dets.angles_rad.tolist()
     od = Mtd()

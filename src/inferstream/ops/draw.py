@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import torch
 
+from inferstream.ops.boxes import cxcywhr_to_corners
 from inferstream.ops.font5x7 import GLYPH_H, GLYPH_W, GLYPHS
 
 if TYPE_CHECKING:
@@ -87,15 +88,6 @@ def rect_outline(frame: RawFrame, x1: int, y1: int, x2: int, y2: int, thickness:
         fill_rect(frame, bx1, by1, bx2, by2, rgb)
 
 
-def rotated_corners(cx: float, cy: float, w: float, h: float, angle_rad: float) -> np.ndarray:
-    """Corners float [4, 2] (x, y) of a w x h box centred at (cx, cy), rotated clockwise (image y down)."""
-    c, s = math.cos(angle_rad), math.sin(angle_rad)
-    local = np.array([[-w / 2, -h / 2], [w / 2, -h / 2], [w / 2, h / 2], [-w / 2, h / 2]])
-    rot = np.array([[c, s], [-s, c]])  # row vectors: [x, y] @ rot = [x c - y s, x s + y c]
-    corners: np.ndarray = local @ rot + np.array([cx, cy])
-    return corners
-
-
 def polygon_outline(corners: np.ndarray, thickness: int) -> tuple[np.ndarray, np.ndarray]:
     """Pixel rows and columns (int64) of a closed polygon's edges; corners float [K, 2] (x, y).
 
@@ -156,7 +148,7 @@ def draw_detections(frame: RawFrame, boxes_xyxy: Tensor, angles_rad: Tensor | No
     angles = angles_rad.tolist() if angles_rad is not None else [0.0] * len(boxes)
     for (x1, y1, x2, y2), angle, color, text in zip(boxes, angles, colors, texts):
         if angle:
-            corners = rotated_corners((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, angle)
+            corners = cxcywhr_to_corners(np.array([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1, angle]))
             x1, y1 = paint_pixels(frame, *polygon_outline(corners, thickness), color)
         else:
             rect_outline(frame, x1, y1, x2, y2, thickness, color)

@@ -24,8 +24,9 @@ import numpy.typing as npt
 import torch
 
 from inferstream.detections import Detections
+from inferstream.ops.boxes import cxcywh_to_xyxy, rotated_envelope_xyxy, xyxy_to_cxcywh
 from inferstream.tracking.base import TrackResult, TrackState
-from inferstream.tracking.geometry import cxcywh_to_xyxy, envelope_xyxy, iou_pairs, slack_iou_pairs, xyxy_to_cxcywh
+from inferstream.tracking.geometry import iou_pairs, slack_iou_pairs
 from inferstream.tracking.kalman import POS, RATE, VAR, ConstantVelocityKalman, KalmanNoise
 from inferstream.tracking.matching import StreamPairs, match_pairs
 from inferstream.tracking.table import TrackTable
@@ -85,7 +86,7 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     boxes, scores, labels, angles = _host_arrays(dets)
     d_stream = np.arange(len(streams)).repeat(d_counts) if len(streams) > 1 else np.zeros(len(dets[0]), np.int64)
     # what the filter measures, (cx, cy, w, h) rows [4, N]
-    z = xyxy_to_cxcywh(boxes if angles is None else envelope_xyxy(boxes, angles)).T.copy()
+    z = xyxy_to_cxcywh(boxes if angles is None else rotated_envelope_xyxy(boxes, angles)).T.copy()
     malformed = _neutralise_malformed(z, boxes, scores, angles)
     pairs = StreamPairs(np.bincount(b.stream, minlength=len(streams)), d_counts)
     track_of_det, det_of_track, new = _associate(cfg, kf, b.table, b.pts, pairs, z, scores, labels)

@@ -1,17 +1,11 @@
-"""Box geometry the trackers need, on numpy (trackers run on the host, after the one device-to-host copy)."""
+"""IoU the trackers need, on numpy (trackers run on the host, after the one device-to-host copy); the box
+conversions they use are ``ops.boxes``'."""
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
-
-# Box conversions as one small matrix product each: the trackers convert boxes several times per frame and numpy's
-# per-call overhead, not the arithmetic, is their cost. Every coefficient is 0, +-1/2 or +-1, so each output is
-# the same correctly rounded sum of two exact terms as the elementwise formula (for finite boxes).
-_XYXY_TO_CXCYWH = np.array([[0.5, 0.0, -1.0, 0.0], [0.0, 0.5, 0.0, -1.0], [0.5, 0.0, 1.0, 0.0], [0.0, 0.5, 0.0, 1.0]])
-_CXCYWH_TO_XYXY = np.array([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0], [-0.5, 0.0, 0.5, 0.0], [0.0, -0.5, 0.0, 0.5]])
-
 
 def iou_matrix_xyxy(boxes1: FloatArray, boxes2: FloatArray) -> FloatArray:
     """Pairwise IoU of two sets of axis-aligned boxes.
@@ -51,39 +45,6 @@ def iou_pairs(first_xyxy: FloatArray, second_xyxy: FloatArray) -> FloatArray:
     union -= inter
     iou: FloatArray = np.divide(inter, union, out=np.zeros(inter.shape), where=union > 0)
     return iou
-
-
-def envelope_xyxy(boxes_xyxy: FloatArray, angles_rad: FloatArray | None) -> FloatArray:
-    """Axis-aligned envelope of rotated rectangles (the box that encloses the rotated corners).
-
-    Args:
-        boxes_xyxy (ndarray[N, 4]): the *unrotated* rectangle ``(x1, y1, x2, y2)``; it rotates about its centre.
-        angles_rad (ndarray[N] | None): rotation in radians; ``None`` means axis-aligned (boxes returned as-is).
-
-    Returns:
-        ndarray[N, 4] float64: ``(x1, y1, x2, y2)`` of the envelope, same centre as the input.
-    """
-    b = np.asarray(boxes_xyxy, dtype=np.float64).reshape(-1, 4)
-    if angles_rad is None:
-        return b.copy()
-    a = np.asarray(angles_rad, dtype=np.float64).reshape(-1)
-    cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
-    w, h = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
-    c, s = np.abs(np.cos(a)), np.abs(np.sin(a))
-    ex, ey = (w * c + h * s) / 2, (w * s + h * c) / 2
-    return np.stack([cx - ex, cy - ey, cx + ex, cy + ey], axis=1)
-
-
-def xyxy_to_cxcywh(boxes: FloatArray) -> FloatArray:
-    """``(x1, y1, x2, y2)`` [N, 4] to ``(cx, cy, w, h)`` [N, 4], pixels."""
-    cxcywh: FloatArray = np.asarray(boxes, dtype=np.float64).reshape(-1, 4).dot(_XYXY_TO_CXCYWH)
-    return cxcywh
-
-
-def cxcywh_to_xyxy(boxes: FloatArray) -> FloatArray:
-    """``(cx, cy, w, h)`` [N, 4] to ``(x1, y1, x2, y2)`` [N, 4], pixels."""
-    xyxy: FloatArray = np.asarray(boxes, dtype=np.float64).reshape(-1, 4).dot(_CXCYWH_TO_XYXY)
-    return xyxy
 
 
 def slack_iou_matrix(boxes1_cxcywh: FloatArray, slack1_xy: FloatArray, boxes2_cxcywh: FloatArray) -> FloatArray:
