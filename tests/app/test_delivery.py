@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from messaging.msg_servers import BINARIES, Mosquitto, PasswordRedis, free_port
+from messaging.msg_servers import BINARIES, Mosquitto, PasswordRedis
 from messaging.msg_subscribers import MqttSubscriber
+from ports import free_port
 
 from app.media import BLOBS
 

@@ -104,7 +104,7 @@ def test_metadata_from_the_server_and_batches_split_at_max_batch_size(triton: Se
 
 
 def test_server_down_at_start_names_the_url() -> None:
-    from servers.launch import free_port
+    from ports import free_port
 
     url = f"grpc://127.0.0.1:{free_port()}/person"
     with pytest.raises(BackendInitError, match=f"cannot reach the inference server at {url}"):

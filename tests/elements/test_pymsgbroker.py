@@ -14,8 +14,9 @@ from typing import Any
 
 import gi
 import pytest
-from msg_servers import BrokerServer, free_port
+from msg_servers import BrokerServer
 from msg_subscribers import MqttSubscriber, amqp_read_all, kafka_read_all, redis_read_all
+from ports import free_port
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst

@@ -20,13 +20,14 @@ test must cut the publisher off while a consumer keeps reading the broker direct
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+from ports import free_port
 
 MOSQUITTO = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None)
 REDIS = shutil.which("redis-server")
@@ -52,26 +53,6 @@ def _tansu() -> str | None:
 
 TANSU = _tansu()
 BINARIES = {"mqtt": MOSQUITTO, "redis": REDIS, "amqp": RABBITMQ if EPMD else None, "kafka": TANSU}
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range. The outage tests restart a broker on its port: a port from
-    that range can meanwhile become the local end of a client's reconnect (or of ``port_open``'s probe, which then
-    connects to itself), and the restarted broker fails with EADDRINUSE (seen with RabbitMQ)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for port in random.sample(range(20000, max(low, 20001)), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:  # everything below the range is taken: any free port
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int) -> bool:

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from msg_servers import BINARIES, BrokerServer, ClosedMosquitto, PasswordRedis, free_port
+from msg_servers import BINARIES, BrokerServer, ClosedMosquitto, PasswordRedis
 from msg_subscribers import MqttSubscriber, PacedProducer, amqp_read_all, redis_read_all
+from ports import free_port
 
 from inferstream.messaging.brokers import (
     BrokerRejectedError,

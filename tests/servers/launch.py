@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
+from ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".triton-venv"
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def venv_python() -> Path | None:

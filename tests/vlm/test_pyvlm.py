@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 from gst_helpers import inject, run_pipeline
+from ports import free_port
 from vlm_models import reference_answers
 
 from inferstream.meta.vlm import AnswerMeta, read_answers
-from vlm.vlm_servers import free_port, server_argv
+from vlm.vlm_servers import server_argv
 
 W, H = 160, 120
 SRC = f"videotestsrc num-buffers={{n}} pattern=ball ! video/x-raw,format=RGB,width={W},height={H},framerate=30/1"

@@ -1,7 +1,6 @@
 """Helpers to run the tests' real servers: free ports, health waits, the argv of ``vlm_server.py``."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -9,12 +8,6 @@ import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(proc: subprocess.Popen, port: int, path: str, timeout_s: float) -> None:
