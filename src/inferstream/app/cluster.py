@@ -69,13 +69,8 @@ def placement(cfg: AppConfig) -> Placement:
     section = cfg.cluster or Cluster.model_validate({})
     gpus = section.gpus_per_worker
     if gpus is None:
-        gpus = 1.0 if _device(cfg).startswith("cuda") else 0.0
+        gpus = 1.0 if cfg.infer.device.startswith("cuda") else 0.0
     return Placement(section.cpus_per_worker, gpus, section.shared_storage, section.place_timeout)
-
-
-def _device(cfg: AppConfig) -> str:
-    props = {str(k).replace("_", "-"): v for k, v in cfg.infer.properties.items()}
-    return str(props.get("device", "cpu"))
 
 
 def import_ray() -> Any:
@@ -178,7 +173,7 @@ def check_cluster(cfg: AppConfig, nodes: Sequence[Node], place: Placement, n: in
             cluster whose nodes are on other hosts (without ``shared-storage``).
     """
     if place.gpus and not any(n.gpus >= place.gpus for n in nodes):
-        raise RunError(f"infer.device is {_device(cfg)} but the Ray cluster at {address} has no node with a GPU "
+        raise RunError(f"infer.device is {cfg.infer.device} but the Ray cluster at {address} has no node with a GPU "
                        f"({len(nodes)} node(s), CPU only): add a GPU node, or set infer.device: cpu")
     room = sum(place.slots(node) for node in nodes)
     if room < n:
@@ -213,7 +208,7 @@ def _local_address(host: str) -> bool:
 
 
 def _check_device(cfg: AppConfig) -> None:
-    device = _device(cfg)
+    device = cfg.infer.device
     if device.startswith("cuda:") and device != "cuda:0":
         raise ConfigError(f"infer.device {device}: on a cluster Ray gives each worker its GPU (CUDA_VISIBLE_DEVICES), "
                           "which the worker sees as cuda:0: write infer.device: cuda")

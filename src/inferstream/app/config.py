@@ -148,6 +148,12 @@ class Infer(_Section):
     def properties(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
+    @property
+    def device(self) -> str:
+        """pyinfer's ``device`` ("cpu" unless set): what the workers, MPS, the cluster and the CUDA-memory branch
+        decide by."""
+        return str((self.model_extra or {}).get("device", "cpu"))
+
 
 class Messages(_Section):
     conv: dict[str, Any] = Field(default_factory=dict)

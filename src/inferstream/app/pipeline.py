@@ -163,9 +163,8 @@ def _messages(cfg: AppConfig, sid: str) -> tuple[str, str]:
 
 def gpu_frames(cfg: AppConfig, src: Source, hardware: bool) -> bool:
     """Whether a source's decoded frames can stay in CUDA memory up to pyinfer (see the module docstring)."""
-    device = str(_canon(cfg.infer.properties).get("device", "cpu"))
     decode = src.decode or cfg.decode
-    return (device.startswith("cuda") and src.kind in ("file", "uri")
+    return (cfg.infer.device.startswith("cuda") and src.kind in ("file", "uri")
             and (decode == HW_DECODER or (decode == "auto" and hardware)))
 
 

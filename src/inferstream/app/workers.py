@@ -49,8 +49,7 @@ def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
     On the 16-core GPU host 8 processes were the best split of 64 streams, hence cores / 2; on CPU the model's
     thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*).
     """
-    device = str(cfg.infer.properties.get("device", "cpu"))
-    if not device.startswith("cuda"):
+    if not cfg.infer.device.startswith("cuda"):
         return 1
     return max(1, min(len(cfg.sources), MAX_AUTO_CUDA, (cores or cpu_cores()) // 2))
 
@@ -69,7 +68,7 @@ def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False) -
     note = None
     if asked == "auto":
         n = auto_workers(cfg)
-        note = (f"workers: auto -> {n} ({n_sources} sources, device {cfg.infer.properties.get('device', 'cpu')}, "
+        note = (f"workers: auto -> {n} ({n_sources} sources, device {cfg.infer.device}, "
                 f"{cpu_cores()} cores)" if n > 1 else None)
     elif (n := int(asked)) > n_sources:  # int() for mypy: asked is an int here
         n, note = n_sources, f"workers: {n} asked for {n_sources} source(s): running {n_sources}, one per source"
@@ -404,6 +403,6 @@ def run_config(cfg: AppConfig, workers: tuple[int, str | None], console: Console
     if note:
         console.message(note)
     if n > 1:
-        with cuda_mps(cfg.mps, n, str(cfg.infer.properties.get("device", "cpu")), console.message):
+        with cuda_mps(cfg.mps, n, cfg.infer.device, console.message):
             return Supervisor(cfg, n, console, metrics_port, eos_timeout_s).run()
     return Runner(plan or build_plan(cfg), console, metrics_port, eos_timeout_s, frame_hooks).run()
