@@ -89,7 +89,7 @@ def _write_ods_native(native: Loops, rmeta: int, edges: Tensor, dets: Detections
 
     from inferstream.ops.boxes import xyxy_to_xywh
 
-    xywh = np.ascontiguousarray(xyxy_to_xywh(edges.numpy().astype(np.int32)))
+    xywh = xyxy_to_xywh(edges.numpy().astype(np.int32))  # a C-contiguous copy, as the compiled loop reads it
     row_quarks = _quark_array(tuple(quarks))[dets.labels.numpy()]
     scores = np.ascontiguousarray(dets.scores.numpy(), dtype=np.float32)
     angles = None if dets.angles_rad is None else np.ascontiguousarray(dets.angles_rad.numpy(), dtype=np.float32)

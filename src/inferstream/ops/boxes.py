@@ -40,12 +40,13 @@ def _xp(boxes: Any, width: int, *, floats: bool = True) -> ModuleType:
     """
     xp: ModuleType
     if isinstance(boxes, np.ndarray):
-        xp, is_float, dtype = np, boxes.dtype.kind == "f", f"numpy.{boxes.dtype}"
+        xp, is_float = np, boxes.dtype.kind == "f"
     else:
         import torch
 
-        xp, is_float, dtype = torch, boxes.is_floating_point(), str(boxes.dtype)
+        xp, is_float = torch, boxes.is_floating_point()
     if boxes.ndim < 1 or boxes.shape[-1] != width or (floats and not is_float):
+        dtype = f"numpy.{boxes.dtype}" if xp is np else str(boxes.dtype)  # the message only: not per call
         raise ValueError(f"boxes: expected a float array[..., {width}], got {dtype} {tuple(boxes.shape)}")
     return xp
 
@@ -86,9 +87,9 @@ def xyxy_to_xywh(boxes: Boxes) -> Boxes:
         ValueError: when the last dimension is not 4.
     """
     b: Any = boxes
-    xp = _xp(b, 4, floats=False)
-    p1 = b[..., :2]
-    return cast("Boxes", xp.concatenate((p1, b[..., 2:] - p1), axis=-1))
+    xywh = b.copy() if _xp(b, 4, floats=False) is np else b.clone()
+    xywh[..., 2:] -= b[..., :2]
+    return cast("Boxes", xywh)
 
 
 def cxcywhr_to_corners(boxes: Boxes) -> Boxes:
