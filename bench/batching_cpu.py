@@ -19,10 +19,9 @@ import gi
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
+from pyinfer_cpu import publish
 
 from inferstream.samples import person_detector, vtest_path
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def run_streams(model: Path, n: int, frames: int) -> tuple[float, dict[str, float]]:
@@ -78,10 +77,7 @@ def main() -> None:
         lines.append(f"| {n} | {raw:.2f} | {fps:.2f} | {fps / raw:.2f} | {stats['mean-fill']:.2f} | "
                      f"{stats['mean-wait-ms']:.1f} | {stats['mean-infer-ms']:.0f} |")
         print(lines[-1], flush=True)
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "batching_cpu.md").write_text(text + "\n")
+    publish("batching_cpu", lines)
 
 
 if __name__ == "__main__":

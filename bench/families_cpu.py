@@ -17,7 +17,7 @@ import gi
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
-from pyinfer_cpu import RESULTS, pipeline_fps, raw_fps
+from pyinfer_cpu import pipeline_fps, publish, raw_fps
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -74,10 +74,7 @@ def main() -> None:
     lines = [f"CPU: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi (768x576), batch 1",
              "", "| model | input | raw forward (frames/s) | pipeline (frames/s) | ratio |", "|---|---|---|---|---|"]
     lines += [f"| {name} | {size} | {raw:.2f} | {pipe:.2f} | {pipe / raw:.2f} |" for name, size, raw, pipe in rows]
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "families_cpu.md").write_text(text + "\n")
+    publish("families_cpu", lines)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from gi.repository import Gst
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from parity import randomise_yolo
-from pyinfer_cpu import RESULTS, pipeline_fps
+from pyinfer_cpu import pipeline_fps, publish
 
 from inferstream.samples import vtest_path
 
@@ -124,10 +124,7 @@ def main() -> None:
     row = (f"| yolo11n-seg (random, pt, torch) | {raw:.2f} | {pipe:.2f} | {pipe / raw:.2f} | {assemble:.2f} | "
            f"{write:.2f} | {read:.2f} |")
     lines = [header, "", columns, "|---|---|---|---|---|---|---|", row]
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "masks_cost.md").write_text(text + "\n")
+    publish("masks_cost", lines)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 
 import gi
 import torch
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
+from pyinfer_cpu import publish
 
 from inferstream.detections import Detections
 from inferstream.meta.gstanalytics import (
@@ -31,7 +31,6 @@ from inferstream.ops.draw import draw_detections, id_color
 from inferstream.rawframe import RawFrame
 from inferstream.tracking import make_tracker
 
-RESULTS = Path(__file__).resolve().parent / "results"
 N, W, H, FRAMES = 50, 1920, 1080, 300
 
 
@@ -87,10 +86,7 @@ def main() -> None:
              f"| pytracker: ByteTrack update ({FRAMES} frames) | {_ms(t_track):.2f} |",
              f"| pytracker: read ODMtds + write TrackingMtds | {_ms(t_meta):.2f} |"]
     lines += [f"| pyosd: draw 50 boxes (10 rotated) + labels, {fmt} | {ms:.2f} |" for fmt, ms in rows]
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "osd_tracker_cost.md").write_text(text + "\n")
+    publish("osd_tracker_cost", lines)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 MODELPIPE = "modelpipe==2.0.0"
-RESULTS = Path(__file__).resolve().parent / "results"
 KINDS = ("pyinfer-torch", "pyinfer-onnx", "mp_yolo", "mp_yolo-all")
 NEVER_INSTALLED = {"torch", "torchvision"}  # the environment's own build, never replaced by a peer's pin
 
@@ -200,11 +199,9 @@ def write_table(runs: dict[tuple[int, str], list[dict[str, float]]], args: argpa
         lines.append(f"| {streams} | " + " | ".join(cell(streams, k) for k in KINDS)
                      + f" | {ratio(streams, 'pyinfer-torch', 'mp_yolo-all')} | "
                      f"{ratio(streams, 'pyinfer-onnx', 'mp_yolo-all')} |")
-    text = "\n".join(lines)
-    if not quiet:
-        print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "peer_modelpipe.md").write_text(text + "\n")
+    from pyinfer_cpu import publish  # here: the runs this script starts as subprocesses need no GStreamer
+
+    publish("peer_modelpipe", lines, show=not quiet)
 
 
 if __name__ == "__main__":

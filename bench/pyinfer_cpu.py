@@ -24,6 +24,15 @@ from inferstream.samples import person_detector, vtest_path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def publish(name: str, lines: list[str], *, show: bool = True) -> None:
+    """Print a bench's markdown (``show``) and keep it as ``results/NAME.md``, what BENCHMARKS.md quotes."""
+    text = "\n".join(lines)
+    if show:
+        print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.md").write_text(text + "\n")
+
+
 def pipeline_fps(model: Path | str, frames: int, extra: str = "") -> float:
     """Frames per second through the whole pipeline, timed from the first to the last buffer out of pyinfer."""
     desc = (f"filesrc location={vtest_path()} ! decodebin ! videoconvert ! video/x-raw,format=RGB ! queue "
@@ -86,10 +95,7 @@ def main() -> None:
     lines = [f"CPU: {torch.get_num_threads()} torch threads, {args.frames} frames of vtest.avi (768x576), batch 1",
              "", "| model | raw forward (frames/s) | pipeline (frames/s) | ratio |", "|---|---|---|---|"]
     lines += [f"| {name} | {raw:.2f} | {pipe:.2f} | {pipe / raw:.2f} |" for name, raw, pipe in rows]
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "pyinfer_cpu.md").write_text(text + "\n")
+    publish("pyinfer_cpu", lines)
 
 
 if __name__ == "__main__":

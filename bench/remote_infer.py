@@ -22,11 +22,10 @@ import gi
 
 gi.require_version("Gst", "1.0")
 from gi.repository import Gst
-from pyinfer_cpu import pipeline_fps
+from pyinfer_cpu import pipeline_fps, publish
 
 from inferstream.samples import person_detector
 
-RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 LABELS = "labels=Normal,Fall"
 
@@ -91,10 +90,7 @@ def main() -> None:
              f"{args.calls} on a ready 640x640 batch"), "",
              "| backend | pipeline (frames/s) | call median (ms) | added latency (ms) |", "|---|---|---|---|"]
     lines += [f"| {name} | {fps:.2f} | {ms:.1f} | {ms - local_ms:+.1f} |" for name, fps, ms in rows]
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "remote_infer.md").write_text(text + "\n")
+    publish("remote_infer", lines)
 
 
 if __name__ == "__main__":
