@@ -15,7 +15,13 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             (NVML), host cores busy (the whole machine, /proc/stat); ``--mps off,on`` runs each with the app's
             ``--mps off`` and ``--mps on`` (the app's private CUDA MPS daemon: the workers' kernels share the GPU
             at once instead of time-slicing one CUDA context after another). ``--runs W:MPS:TRACKER,...`` names
-            the runs instead of the product of ``--workers``, ``--mps`` and ``--tracker``; ``--ab-old SRC`` runs
+            the runs instead of the product of ``--workers``, ``--mps`` and ``--tracker``; optional fields after
+            them: ``bN`` the batch size (e.g. half a worker's streams, so that two batches of a worker are in
+            flight; ``bapp``: the app's own default), ``iN`` the app's ``infer.instances`` (model copies per worker,
+            each its own batch-group), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
+            ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
+            ``--profile S`` records S seconds of one worker with ``py-spy --gil`` once a quarter of the frames are
+            done (``NAME.gil.txt``, raw; samples / (rate x S) is how busy that worker's GIL was); ``--ab-old SRC`` runs
             each twice, the app importing ``SRC`` (an older tree's ``src/``) and this tree's, alternating the
             order run by run: code against code on one host, with one set of clips and one ceiling
 Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
@@ -33,6 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +142,67 @@ def _busy_cpu_s() -> float:
     return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (breadth first), from /proc's children lists."""
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop(0)}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _worker_pid(app_pid: int) -> int:
+    """One worker process of the app (``inferstream.app.worker``), or the app itself when it runs in process."""
+    for pid in _descendants(app_pid):
+        try:
+            if b"inferstream.app.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return app_pid
+
+
+PROFILE_RATE = 200  # py-spy samples per second
+
+
+def start_profile(app_pid: int, seconds: float, path: Path) -> subprocess.Popen[bytes]:
+    """py-spy (the GIL holder only, without pausing the process) on one worker for ``seconds``."""
+    pid = _worker_pid(app_pid)
+    return subprocess.Popen(["py-spy", "record", "--gil", "--nonblocking", "-r", str(PROFILE_RATE), "-f", "raw",
+                             "-d", str(int(seconds)), "-p", str(pid), "-o", str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def profile_summary(path: Path, seconds: float) -> dict[str, Any]:
+    """The GIL's busy share of the profiled worker and its top functions (inclusive share of GIL samples)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gil_profile import summarise
+
+    if not path.is_file():
+        return {"profile_error": "py-spy wrote no profile"}
+    total, inclusive, own = summarise(path)
+    top = {k: round(v / max(total, 1), 3) for k, v in inclusive.most_common(45)}
+    return {"gil_busy": round(total / (PROFILE_RATE * seconds), 3), "gil_samples": total, "gil_top": top,
+            "gil_self": {k: round(v / max(total, 1), 3) for k, v in own.most_common(25)}}
+
+
+def switch_site(out: Path) -> Path:
+    """A folder whose ``sitecustomize`` sets the GIL switch interval from ``BENCH_SWITCH_INTERVAL`` (seconds)."""
+    site = out / "switch-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\nif os.environ.get('BENCH_SWITCH_INTERVAL'):\n"
+        "    sys.setswitchinterval(float(os.environ['BENCH_SWITCH_INTERVAL']))\n")
+    return site
+
+
 def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int, timeout_s: float,
-            mps: str, src: Path | None = None) -> dict[str, Any]:
+            mps: str, src: Path | None = None, profile_s: float = 0.0, switch_s: float = 0.0) -> dict[str, Any]:
     import yaml
 
     path = out / f"{name}.yaml"
@@ -151,17 +217,25 @@ def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int,
         env = dict(os.environ)
         if src is not None:  # an older tree's code first on the path (its plugins are thin shims into it)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
+        if switch_s:
+            env["BENCH_SWITCH_INTERVAL"] = str(switch_s)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(switch_site(out)), env.get("PYTHONPATH", "")) if p)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        spy = None
         while proc.poll() is None and time.perf_counter() - t0 < timeout_s:
             done = _frames_done(port)
             now = time.perf_counter()
             if done is not None:
                 samples.append((now, done))
                 cpu.append((now, _busy_cpu_s()))
+                if profile_s and spy is None and done >= 0.25 * total:
+                    spy = start_profile(proc.pid, profile_s, out / f"{name}.gil.txt")
             time.sleep(0.25)
         if proc.poll() is None:
             proc.kill()
         rc = proc.wait()
+        if spy is not None:
+            spy.wait(timeout=30)
     result: dict[str, Any] = {"workers": workers, "rc": rc, "wall_s": round(time.perf_counter() - t0, 1)}
     if len(samples) < 3 or samples[-1][1] < 0.5 * total:
         result["error"] = f"only {samples[-1][1] if samples else 0} of {total} frames seen (see {name}.log)"
@@ -171,24 +245,65 @@ def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int,
     cores = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0]) if len(window) > 1 else None
     result.update({"fps": round(fps, 1), "frames_seen": samples[-1][1], "host_cores": cores and round(cores, 2),
                    **sampler.window(lo, hi)})
+    if profile_s:
+        result.update(profile_summary(out / f"{name}.gil.txt", profile_s))
     return result
 
 
-def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any], workers: int, tracker: bool,
-            mps: str, total: int, side: str = "") -> dict[str, Any]:
-    batch = min(32, args.streams // workers)
+@dataclass(frozen=True)
+class Spec:
+    """One run: ``W:MPS:TRACKER[:bN|:bapp][:iN][:sS]`` (see the module docstring)."""
+
+    workers: int
+    mps: str
+    tracker: bool
+    batch: int = 0  # 0: min(32, streams per worker); -1: the app's default (no batch-size in the config)
+    instances: int = 1
+    switch_s: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> Spec:
+        w, mps, tracker, *extra = text.split(":")
+        opts: dict[str, Any] = {}
+        for field_ in extra:
+            kind, value = field_[0], field_[1:]
+            if kind == "b":
+                opts["batch"] = -1 if value == "app" else int(value)
+            elif kind == "i":
+                opts["instances"] = int(value)
+            elif kind == "s":
+                opts["switch_s"] = float(value)
+            else:
+                raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
+        return cls(int(w), mps, tracker == "yes", **opts)
+
+    def batch_size(self, streams: int) -> int:
+        """The batch each batch-group runs (the app's default: a group's share of a worker's streams)."""
+        per_group = -(-streams // self.workers) // self.instances
+        return self.batch if self.batch > 0 else (per_group if self.batch < 0 else min(32, per_group))
+
+
+def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any], spec: Spec, total: int,
+            side: str = "") -> dict[str, Any]:
+    workers, tracker, mps, switch_s = spec.workers, spec.tracker, spec.mps, spec.switch_s
+    batch = spec.batch_size(args.streams)
     cfg: dict[str, Any] = {
         "sources": [{"id": f"cam{i}", "file": str(clips[i % len(clips)])} for i in range(args.streams)],
         "decode": "nvh264dec",
-        "infer": {"model": str(MODEL), "device": "cuda", "batch-size": batch, "max-latency": 50},
+        "infer": {"model": str(MODEL), "device": "cuda", "max-latency": 50,
+                  **({"batch-size": batch} if spec.batch >= 0 else {}),
+                  **({"instances": spec.instances} if spec.instances > 1 else {})},  # older trees lack it
         "sink": {"type": "fakesink"},
     }
     if tracker:
         cfg["tracker"] = {}
-    name = f"w{workers}-{'track' if tracker else 'notrack'}-mps{mps}{'-' + side if side else ''}"
+    name = (f"w{workers}-b{batch}-i{spec.instances}-{'track' if tracker else 'notrack'}-mps{mps}"
+            f"{f'-si{switch_s}' if switch_s else ''}{'-' + side if side else ''}")
     res = run_app(cfg, workers, args.out, name, total, args.run_timeout, mps,
-                  args.ab_old if side == "old" else None)
-    res.update({"name": name, "tracker": tracker, "batch": batch, "mps": mps, "code": side or "this tree"})
+                  args.ab_old if side == "old" else None, args.profile, switch_s)
+    res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances, "mps": mps,
+                "code": side or "this tree",
+                "switch_interval_s": switch_s or sys.getswitchinterval()})
     ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
     res["of_ceiling_same_batch"] = round(res.get("fps", 0) / ceiling, 3)
     res["of_ceiling_b32"] = round(res.get("fps", 0) / max(v for k, v in report["ceiling"].items()
@@ -206,8 +321,9 @@ def main() -> int:
     ap.add_argument("--tracker", default="yes,no")
     ap.add_argument("--run-timeout", type=float, default=150.0)
     ap.add_argument("--mps", default="off", help="off, on or off,on: the runs without / under the CUDA MPS daemon")
-    ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER,... (e.g. 1:off:yes,8:on:no) instead of the "
-                    "product of --workers, --mps and --tracker")
+    ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER[:bN][:iN][:sS],... (e.g. 8:on:no,4:on:yes:b8) "
+                    "instead of the product of --workers, --mps and --tracker")
+    ap.add_argument("--profile", type=float, default=0.0, help="seconds of py-spy --gil on one worker per run")
     ap.add_argument("--ab-old", type=Path, help="an older src/ to run each config with too, alternating")
     args = ap.parse_args()
     Gst.init(None)
@@ -217,33 +333,33 @@ def main() -> int:
     clips = make_clips(args.out, args.clips, args.frames)
     report["clips_s"] = round(time.perf_counter() - t, 1)
     if args.runs:
-        specs = [(int(w), m, t == "yes") for w, m, t in (r.split(":") for r in args.runs.split(","))]
+        specs = [Spec.parse(r) for r in args.runs.split(",")]
     else:
-        specs = [(int(w), m, t == "yes") for m in args.mps.split(",") for t in args.tracker.split(",")
+        specs = [Spec(int(w), m, t == "yes") for m in args.mps.split(",") for t in args.tracker.split(",")
                  for w in args.workers.split(",")]
-    counts = sorted({w for w, _, _ in specs})
-    batches = sorted({min(32, args.streams // w) for w in counts} | {32})  # b32: the goal's ceiling
+    batches = sorted({s.batch_size(args.streams) for s in specs} | {32})  # b32: the goal's
     report["ceiling"] = bare_ceiling(batches)
     print("ceiling", report["ceiling"], flush=True)
     total = args.streams * args.frames
     report["runs"] = []
-    for i, (workers, mps, tracker) in enumerate(specs):
+    for i, spec in enumerate(specs):
         sides = [""] if args.ab_old is None else (["old", "new"] if i % 2 == 0 else ["new", "old"])
         for side in sides:
-            res = one_run(args, clips, report, workers, tracker, mps, total, side)
+            res = one_run(args, clips, report, spec, total, side)
             report["runs"].append(res)
             print(res["name"], res, flush=True)
             (args.out / "app_workers.json").write_text(json.dumps(report, indent=1))
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
-             ("| code | workers | batch | pytracker | MPS | frames/s | of bare ceiling (same batch) | of bare b32 "
-              "| GPU % | NVDEC % | host cores | rc |"), "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("| code | workers | instances | batch | pytracker | MPS | GIL switch ms | frames/s | of bare ceiling (same batch) | of bare b32 "
+              "| GPU % | NVDEC % | host cores | a worker's GIL busy | rc |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
-        lines.append(f"| {r['code']} | {r['workers']} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | "
-                     f"{r['mps']} | {r.get('fps', '-')} | "
+        lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | "
+                     f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
-                     f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r['rc']}"
+                     f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | {r['rc']}"
                      + (f" ({r['error']})" if "error" in r else "") + " |")
     (args.out / "app_workers.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

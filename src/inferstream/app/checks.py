@@ -50,7 +50,7 @@ def _element_sections(data: Mapping[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
     infer = data.get("infer")
     if isinstance(infer, Mapping):
-        problems += _infer_props(("infer",), {k: v for k, v in infer.items() if k != "secondary"})
+        problems += _infer_props(("infer",), {k: v for k, v in infer.items() if k not in ("secondary", "instances")})
         secondary = infer.get("secondary")
         for i, props in enumerate(secondary if isinstance(secondary, list) else []):
             problems += _infer_props(("infer", "secondary", i), props)

@@ -19,8 +19,11 @@ name inferstream's sample files; ``{id}`` in a string property becomes the strea
         decode: auto              # optional override of the top-level decode
     decode: auto                  # auto (nvh264dec preferred when it exists and starts) | software | <decoder>
     infer:                        # pyinfer properties; model is required; all streams share one batch-group
-      model: best.onnx            #   (batch-group inferstream, batch-size = number of sources, unless given)
+      model: best.onnx            #   (batch-group inferstream, batch-size = number of sources, unless given;
+                                  #   on CUDA half of them from 16 on)
       confidence-threshold: 0.3
+      instances: 1                # optional: model instances per process, each its own batch-group of an equal
+                                  #   share of the streams (batch-size = that share, unless given)
       secondary:                  # optional: more pyinfer property sets, chained after the primary
         - {model: other.onnx}
     tracker: {}                   # optional: pytracker properties (first-id defaults to disjoint ranges)
@@ -143,6 +146,7 @@ class Infer(_Section):
 
     model_config = ConfigDict(extra="allow", alias_generator=_hyphen, populate_by_name=False, frozen=True)
     secondary: list[dict[str, Any]] = Field(default_factory=list)
+    instances: int = Field(1, ge=1)
 
     @property
     def properties(self) -> dict[str, Any]:

@@ -10,7 +10,10 @@ CUDA memory from the decoder to pyinfer and pytracker (no videoconvert: pyinfer 
 ``cudadownload`` brings them to system memory only before an element that needs pixels there (pyosd, an encoder,
 a display).
 
-Every pyinfer of the primary detector joins one batch-group, so the streams batch together.
+Every pyinfer of the primary detector joins one batch-group, so the streams batch together; with
+``infer.instances: N`` the streams of a process are dealt round-robin over N batch-groups, each with its own copy of
+the model (its own CUDA stream and graphs), so that one group's batch runs on the GPU while another's frames are
+mapped, written and tracked (``BENCHMARKS.md``, *Worker processes*).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class StreamPlan:
         limit: ``max-frames``: the runner lets exactly this many frames past ``{id}_limit`` (identity's
             ``eos-after`` stops the source, but a decoder drains the frames it still holds after that).
         broker: the stream's pymsgbroker, if it publishes messages (its delivery counts end up in the summary).
+        group: the batch-group of its primary pyinfer.
     """
 
     id: str
@@ -59,6 +63,7 @@ class StreamPlan:
     output: str | None = None
     limit: int | None = None
     broker: str | None = None
+    group: str = BATCH_GROUP
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,14 +173,29 @@ def gpu_frames(cfg: AppConfig, src: Source, hardware: bool) -> bool:
             and (decode == HW_DECODER or (decode == "auto" and hardware)))
 
 
+SPLIT_BATCH_FROM: Final = 16  # on CUDA, a batch-group of this many streams or more runs two half batches
+
+
+def default_batch(cfg: AppConfig, streams: int) -> int:
+    """The batch-size of a batch-group of ``streams`` streams when the config gives none: all of them, or on CUDA
+    from ``SPLIT_BATCH_FROM`` streams on, half of them (rounded up). Every stream has one frame in flight, so a
+    batch of all of them leaves the GPU idle while it is written and tracked; two halves take turns (one on the
+    GPU, the other on the host): faster on the H200 than whole batches (``BENCHMARKS.md``, *Worker processes*)."""
+    if cfg.infer.device.startswith("cuda") and streams >= SPLIT_BATCH_FROM:
+        return -(-streams // 2)
+    return max(1, streams)
+
+
 def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = None,
-                on_gpu: bool = False) -> StreamPlan:
-    """``batch_size``: the default batch (streams in this process; default all the config's sources).
-    ``on_gpu``: frames stay in CUDA memory from the decoder to the analytics (``gpu_frames``)."""
+                on_gpu: bool = False, instance: int = 0) -> StreamPlan:
+    """``batch_size``: the default batch (streams of this stream's batch-group; default all the config's sources).
+    ``on_gpu``: frames stay in CUDA memory from the decoder to the analytics (``gpu_frames``). ``instance``: which
+    of the ``infer.instances`` batch-groups the stream's primary pyinfer joins."""
     src = cfg.sources[index]
     decode = src.decode or cfg.decode
-    batch = batch_size or len(cfg.sources)
-    infer = {"batch-size": batch, "batch-group": BATCH_GROUP, **_stream_identity(index, sid),
+    batch = batch_size or default_batch(cfg, len(cfg.sources))
+    group = BATCH_GROUP if cfg.infer.instances == 1 else f"{BATCH_GROUP}-{instance}"
+    infer = {"batch-size": batch, "batch-group": group, **_stream_identity(index, sid),
              **_canon(cfg.infer.properties)}
     chain = [f"pyinfer name={sid}_infer {_props('pyinfer', infer, sid)}"]
     for i, props in enumerate(cfg.infer.secondary):
@@ -209,20 +229,23 @@ def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = N
     return StreamPlan(id=sid, kind=src.kind, target=src.target, description=description, live=_is_live(src),
                       total_frames=total, entry=f"{sid}_entry", infer=f"{sid}_infer", last=last,
                       sinks=tuple(sinks), output=output, limit=src.max_frames or None,
-                      broker=f"{sid}_msgbroker" if cfg.messages is not None else None)
+                      broker=f"{sid}_msgbroker" if cfg.messages is not None else None, group=group)
 
 
 def build_plan(cfg: AppConfig, only: Sequence[int] | None = None) -> Plan:
     """The run plan of a validated config; ``decode: auto`` prefers nvh264dec when it exists and starts.
 
     ``only``: the indices of the sources to plan (one worker's shard); each keeps its id, source id and track-id
-    range, and the default batch is the shard's size.
+    range. The streams are dealt round-robin over ``infer.instances`` batch-groups (no more groups than streams);
+    the default batch follows from a group's share of them (``default_batch``).
     """
     hardware = gstprops.decoder_works(HW_DECODER)
     ids = cfg.stream_ids()
-    picked = range(len(ids)) if only is None else only
-    streams = tuple(stream_plan(cfg, i, ids[i], len(picked), gpu_frames(cfg, cfg.sources[i], hardware))
-                    for i in picked)
+    picked = list(range(len(ids)) if only is None else only)
+    groups = min(cfg.infer.instances, len(picked))
+    streams = tuple(stream_plan(cfg, i, ids[i], default_batch(cfg, len(picked[j % groups::groups])),
+                                gpu_frames(cfg, cfg.sources[i], hardware), j % groups)
+                    for j, i in enumerate(picked))
     uses_auto = any((s.decode or cfg.decode) == "auto" and s.kind != "test" for s in cfg.sources)
     boost = (HW_DECODER,) if hardware and uses_auto else ()
     env = {"GST_PLUGIN_FEATURE_RANK": f"{HW_DECODER}:MAX"} if boost else {}

@@ -279,13 +279,21 @@ class Runner:
         self._read_batch_stats()
 
     def _read_batch_stats(self) -> None:
-        """The primary batch-group's stats, from any pyinfer still in the pipeline (all share the group)."""
-        infer = next((s.bin.get_by_name(s.plan.infer) for s in self.streams.values() if not s.removed), None)
-        if infer is not None:
+        """The primary batch-groups' stats (one per ``infer.instances``) merged, each read from any of its pyinfers
+        still in the pipeline."""
+        from inferstream.app.workerstats import merge_batches
+
+        readers = {}
+        for s in self.streams.values():
+            if not s.removed and s.plan.group not in readers:
+                readers[s.plan.group] = s.bin.get_by_name(s.plan.infer)
+        stats = []
+        for infer in readers.values():
             try:
-                self._batch = json.loads(infer.get_property("stats") or "{}") or self._batch
+                stats.append(json.loads(infer.get_property("stats") or "{}") if infer is not None else {})
             except (TypeError, ValueError):
-                pass
+                continue
+        self._batch = merge_batches(stats) or self._batch
 
     @staticmethod
     def _query_duration(stream: _Stream) -> None:

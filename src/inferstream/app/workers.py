@@ -34,7 +34,8 @@ from inferstream.app.workerstats import health, merge_batches, worker_metrics
 from inferstream.errors import ConfigError
 
 TICK_S: Final = 0.1
-MAX_AUTO_CUDA: Final = 8  # the best split measured on the GPU host (BENCHMARKS.md, *Worker processes*)
+MAX_AUTO_CUDA: Final = 8  # more contexts than this only shrank the batches on the GPU host (BENCHMARKS.md)
+CORES_PER_CUDA_WORKER: Final = 4  # 4 workers beat 8 on the 16-core H200 host (BENCHMARKS.md, *Worker processes*)
 STDERR_TAIL: Final = 20
 EXIT_GRACE_S: Final = 15.0  # after the EOS timeout, how long a worker may take to exit before it is killed
 
@@ -44,14 +45,15 @@ def cpu_cores() -> int:
 
 
 def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
-    """``workers: auto``: on CUDA min(sources, 8, cores // 2), on CPU 1.
+    """``workers: auto``: on CUDA min(sources, 8, cores // 4), on CPU 1.
 
-    On the 16-core GPU host 8 processes were the best split of 64 streams, hence cores / 2; on CPU the model's
-    thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*).
+    On the 16-core GPU host, 64 streams ran fastest as 4 processes, each with two batches in flight (the default
+    batch, ``pipeline.default_batch``); 8 processes, each with one batch in flight, were slower. On CPU the
+    model's thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*).
     """
     if not cfg.infer.device.startswith("cuda"):
         return 1
-    return max(1, min(len(cfg.sources), MAX_AUTO_CUDA, (cores or cpu_cores()) // 2))
+    return max(1, min(len(cfg.sources), MAX_AUTO_CUDA, (cores or cpu_cores()) // CORES_PER_CUDA_WORKER))
 
 
 def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False) -> tuple[int, str | None]:
