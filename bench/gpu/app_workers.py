@@ -16,7 +16,7 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             ``--mps off`` and ``--mps on`` (the app's private CUDA MPS daemon: the workers' kernels share the GPU
             at once instead of time-slicing one CUDA context after another). ``--runs W:MPS:TRACKER,...`` names
             the runs instead of the product of ``--workers``, ``--mps`` and ``--tracker``; optional fields after
-            them: ``bN`` the batch size (e.g. half a worker's streams, so that two batches of a worker are in
+            them (``W`` = auto: the app's own ``--workers auto``): ``bN`` the batch size (e.g. half a worker's streams, so that two batches of a worker are in
             flight; ``bapp``: the app's own default), ``iN`` the app's ``infer.instances`` (model copies per worker,
             each its own batch-group), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
@@ -201,7 +201,7 @@ def switch_site(out: Path) -> Path:
     return site
 
 
-def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int, timeout_s: float,
+def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total: int, timeout_s: float,
             mps: str, src: Path | None = None, profile_s: float = 0.0, switch_s: float = 0.0) -> dict[str, Any]:
     import yaml
 
@@ -252,11 +252,13 @@ def run_app(cfg: dict[str, Any], workers: int, out: Path, name: str, total: int,
 
 @dataclass(frozen=True)
 class Spec:
-    """One run: ``W:MPS:TRACKER[:bN|:bapp][:iN][:sS]`` (see the module docstring)."""
+    """One run: ``W:MPS:TRACKER[:bN|:bapp][:iN][:sS]`` (see the module docstring); ``W`` = auto: the app's
+    ``--workers auto``, which this bench counts as the app's rule does (``auto_workers``)."""
 
     workers: int
     mps: str
     tracker: bool
+    auto: bool = False
     batch: int = 0  # 0: min(32, streams per worker); -1: the app's default (no batch-size in the config)
     instances: int = 1
     switch_s: float = 0.0
@@ -275,12 +277,24 @@ class Spec:
                 opts["switch_s"] = float(value)
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
+        if w == "auto":
+            return cls(_auto_workers(), mps, tracker == "yes", auto=True, **opts)
         return cls(int(w), mps, tracker == "yes", **opts)
 
     def batch_size(self, streams: int) -> int:
         """The batch each batch-group runs (the app's default: a group's share of a worker's streams)."""
+        from inferstream.app.pipeline import SPLIT_BATCH_FROM
+
         per_group = -(-streams // self.workers) // self.instances
-        return self.batch if self.batch > 0 else (per_group if self.batch < 0 else min(32, per_group))
+        if self.batch < 0:  # pipeline.default_batch on CUDA
+            return -(-per_group // 2) if per_group >= SPLIT_BATCH_FROM else per_group
+        return self.batch or min(32, per_group)
+
+
+def _auto_workers() -> int:
+    from inferstream.app.workers import CORES_PER_CUDA_WORKER, MAX_AUTO_CUDA, cpu_cores
+
+    return max(1, min(MAX_AUTO_CUDA, cpu_cores() // CORES_PER_CUDA_WORKER))  # sources are never fewer here
 
 
 def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any], spec: Spec, total: int,
@@ -297,9 +311,9 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
     }
     if tracker:
         cfg["tracker"] = {}
-    name = (f"w{workers}-b{batch}-i{spec.instances}-{'track' if tracker else 'notrack'}-mps{mps}"
+    name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-{'track' if tracker else 'notrack'}-mps{mps}"
             f"{f'-si{switch_s}' if switch_s else ''}{'-' + side if side else ''}")
-    res = run_app(cfg, workers, args.out, name, total, args.run_timeout, mps,
+    res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s)
     res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances, "mps": mps,
                 "code": side or "this tree",
