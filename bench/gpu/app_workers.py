@@ -18,7 +18,8 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             the runs instead of the product of ``--workers``, ``--mps`` and ``--tracker``; optional fields after
             them (``W`` = auto: the app's own ``--workers auto``): ``bN`` the batch size (e.g. half a worker's streams, so that two batches of a worker are in
             flight; ``bapp``: the app's own default), ``iN`` the app's ``infer.instances`` (model copies per worker,
-            each its own batch-group), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
+            each its own batch-group), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
+            once), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
             ``--profile S`` records S seconds of one worker with ``py-spy --gil`` once a quarter of the frames are
             done (``NAME.gil.txt``, raw; samples / (rate x S) is how busy that worker's GIL was); ``--ab-old SRC`` runs
@@ -262,6 +263,7 @@ class Spec:
     batch: int = 0  # 0: min(32, streams per worker); -1: the app's default (no batch-size in the config)
     instances: int = 1
     switch_s: float = 0.0
+    in_flight: int = 1
 
     @classmethod
     def parse(cls, text: str) -> Spec:
@@ -275,6 +277,8 @@ class Spec:
                 opts["instances"] = int(value)
             elif kind == "s":
                 opts["switch_s"] = float(value)
+            elif kind == "f":
+                opts["in_flight"] = int(value)
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":
@@ -306,16 +310,18 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
         "decode": "nvh264dec",
         "infer": {"model": str(MODEL), "device": "cuda", "max-latency": 50,
                   **({"batch-size": batch} if spec.batch >= 0 else {}),
-                  **({"instances": spec.instances} if spec.instances > 1 else {})},  # older trees lack it
+                  **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
+                  **({"in-flight": spec.in_flight} if spec.in_flight > 1 else {})},
         "sink": {"type": "fakesink"},
     }
     if tracker:
         cfg["tracker"] = {}
-    name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-{'track' if tracker else 'notrack'}-mps{mps}"
+    name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-f{spec.in_flight}-{'track' if tracker else 'notrack'}-mps{mps}"
             f"{f'-si{switch_s}' if switch_s else ''}{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s)
-    res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances, "mps": mps,
+    res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances,
+                "in_flight": spec.in_flight, "mps": mps,
                 "code": side or "this tree",
                 "switch_interval_s": switch_s or sys.getswitchinterval()})
     ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
@@ -366,11 +372,11 @@ def main() -> int:
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
-             ("| code | workers | instances | batch | pytracker | MPS | GIL switch ms | frames/s | of bare ceiling (same batch) | of bare b32 "
+             ("| code | workers | instances | batch | in flight | pytracker | MPS | GIL switch ms | frames/s | of bare ceiling (same batch) | of bare b32 "
               "| GPU % | NVDEC % | host cores | a worker's GIL busy | rc |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
-        lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {'yes' if r['tracker'] else 'no'} | "
+        lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | {r['rc']}"

@@ -12,6 +12,10 @@ ended (``leave``) is never waited for. Model swaps happen between batches, under
 frame is inferred by exactly one model. The replaced model stays loaded until the new one has inferred its first
 real batch: if that batch fails (a model that passed warm-up but breaks on real frames), the old one is put back and
 infers it.
+
+A stream may have several frames in the group at once (``submit`` hands a frame over without waiting, ``wait`` waits
+for it: pyinfer's ``in-flight``): a batch then takes at most one frame per stream, the oldest, and batches run and
+deliver in the order they were taken, so a stream's frames are inferred, written and tracked in order.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from inferstream.errors import ConfigError
 from inferstream.shared_worker import priority
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from inferstream.detections import Detections
     from inferstream.inference import InferConfig, ModelStep
@@ -96,8 +100,10 @@ class _Signal:
         self._lock.acquire(timeout=-1 if timeout is None else timeout)
 
 
-@dataclass
-class _Slot:
+@dataclass(eq=False)
+class Pending:
+    """A frame handed to the group (``submit``): ``done`` once delivered or failed (``error``)."""
+
     job: FrameJob
     params: DecodeParams
     member: Member | None
@@ -106,6 +112,7 @@ class _Slot:
     done: bool = False  # set before ``wake`` when the frame has been delivered (or failed)
     taken: bool = False  # in a batch (running or about to): its thread only waits for it to be done
     error: BaseException | None = None
+    turn: int = 0  # on a batch's first frame: the batch's place in the order batches were taken
 
 
 @dataclass
@@ -136,9 +143,12 @@ class BatchGroup:
         self.stats = BatchStats()
         self._members = 0
         self._live = 0
-        self._pending: list[_Slot] = []
+        self._pending: list[Pending] = []
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()  # held while a batch maps and infers
+        self._order = threading.Condition()  # batches take the run lock in the order they were taken
+        self._taken = 0  # batches taken so far (the next one's turn number)
+        self._turn = 0  # the turn number of the batch allowed to take the run lock next
         self._deliver_lock = threading.Lock()  # held while a batch delivers; taken before _run_lock is let go
         self._fallback: tuple[ModelStep, Callable[[ModelStep, BaseException], None] | None] | None = None
 
@@ -176,38 +186,63 @@ class BatchGroup:
     # inference --------------------------------------------------------------------------------------------
     def infer(self, job: FrameJob, params: DecodeParams, member: Member | None = None) -> None:
         """Run ``job`` in a batch; returns once it was delivered (and tracked, when ``member`` has a tracker).
-        Raises what mapping, inference or delivery raised.
+        Raises what mapping, inference or delivery raised."""
+        self.wait(self.submit(job, params, member))
 
-        Only the thread that will lead is woken: the one whose arrival fills the batch runs it at once; the others
-        sleep on their own slot until it is done, or until their frame has waited ``max_latency`` (then the oldest
-        waiting frame's thread leads), or until ``_wake_oldest`` asks the oldest to check. Waking every waiting
-        thread at each arrival (a shared condition) cost O(N²) wake-ups and GIL hand-offs per batch of N.
-        """
-        slot = _Slot(job, params, member, time.monotonic())
+    def submit(self, job: FrameJob, params: DecodeParams, member: Member | None = None) -> Pending:
+        """Hand ``job`` to the group without waiting for it (``wait`` does); when its arrival fills a batch, this
+        thread runs that batch first."""
+        slot = Pending(job, params, member, time.monotonic())
         with self._lock:
             self._pending.append(slot)
             batch = self._take_batch_locked()
-        while True:
-            if batch:
-                self._run(batch)
-            if slot.done:
-                break
+        if batch:
+            self._run(batch)
+        return slot
+
+    def wait(self, slot: Pending) -> None:
+        """Block until ``slot`` was delivered; raises what mapping, inference or delivery raised.
+
+        Only the thread that will lead is woken: the one whose arrival fills the batch ran it in ``submit``; the
+        others sleep on their own slot until it is done, or until their frame has waited ``max_latency`` (then the
+        oldest waiting frame's thread leads), or until ``_wake_oldest`` asks the oldest to check. Waking every
+        waiting thread at each arrival (a shared condition) cost O(N²) wake-ups and GIL hand-offs per batch of N.
+        """
+        while not slot.done:
             slot.wake.wait(None if slot.taken else max(0.0, slot.arrived + self.max_latency_s - time.monotonic()))
             with self._lock:
                 batch = [] if slot.done else self._take_batch_locked()
+            if batch:
+                self._run(batch)
         if slot.error is not None:
             raise slot.error
 
-    def _take_batch_locked(self) -> list[_Slot]:
-        """The next batch when it is full or its oldest frame has waited ``max_latency``, else []."""
-        if not self._pending:
+    def _take_batch_locked(self) -> list[Pending]:
+        """The next batch when it is full or its oldest frame has waited ``max_latency``, else []: the oldest
+        frames, at most one per member (a member's next frame waits for the next batch)."""
+        pending = self._pending
+        if not pending:
             return []
-        full = len(self._pending) >= min(self.batch_size, max(self._live, 1))
-        if not full and time.monotonic() - self._pending[0].arrived < self.max_latency_s:
+        need = min(self.batch_size, max(self._live, 1))
+        if len(pending) < need and time.monotonic() - pending[0].arrived < self.max_latency_s:
             return []
-        batch, self._pending = self._pending[:self.batch_size], self._pending[self.batch_size:]
+        batch: list[Pending] = []
+        later: list[Pending] = []
+        members: set[Member] = set()
+        for s in pending:
+            if len(batch) < self.batch_size and s.member not in members:
+                batch.append(s)
+                if s.member is not None:
+                    members.add(s.member)
+            else:
+                later.append(s)
+        if len(batch) < need and time.monotonic() - pending[0].arrived < self.max_latency_s:
+            return []
+        self._pending = later
         for s in batch:
             s.taken = True
+        batch[0].turn = self._taken
+        self._taken += 1
         return batch
 
     def _wake_oldest(self) -> None:
@@ -215,14 +250,15 @@ class BatchGroup:
         if self._pending:
             self._pending[0].wake.set()
 
-    def _run(self, batch: list[_Slot]) -> None:
+    def _run(self, batch: list[Pending]) -> None:
         """Infer the batch, then deliver it, in two phases so that two batches can be in flight: while this one
         writes its metadata (host work), the next one may already map its frames and wait on the model (the GIL
-        released). Batches deliver in the order they were inferred (hand-over-hand locks)."""
+        released). Batches run in the order they were taken (``_take_turn``) and deliver in the order they ran
+        (hand-over-hand locks)."""
         try:
             t0 = time.monotonic()
             with ExitStack() as mapped:
-                with self._run_lock:
+                with self._take_turn(batch[0].turn):
                     with priority():
                         inferred = self._infer(batch, mapped)
                     model = self.model
@@ -244,7 +280,19 @@ class BatchGroup:
             with self._lock:
                 self._wake_oldest()  # frames that arrived meanwhile may form the next batch
 
-    def _count(self, batch: list[_Slot], t0: float) -> None:
+    @contextlib.contextmanager
+    def _take_turn(self, turn: int) -> Iterator[None]:
+        """The run lock, taken only once every batch taken before turn ``turn`` has taken it."""
+        with self._order:
+            while self._turn != turn:
+                self._order.wait()
+        with self._run_lock:
+            with self._order:
+                self._turn += 1
+                self._order.notify_all()
+            yield
+
+    def _count(self, batch: list[Pending], t0: float) -> None:
         t1 = time.monotonic()
         with self._lock:
             self.stats.batches += 1
@@ -252,7 +300,7 @@ class BatchGroup:
             self.stats.infer_s += t1 - t0
             self.stats.wait_s += sum(t0 - s.arrived for s in batch)
 
-    def _infer(self, batch: list[_Slot], mapped: ExitStack) -> list[tuple[_Slot, Detections]]:
+    def _infer(self, batch: list[Pending], mapped: ExitStack) -> list[tuple[Pending, Detections]]:
         """Map every frame (into ``mapped``) and infer them in one batch; a frame that fails to map fails alone."""
         ready, frames = [], []
         for s in batch:
@@ -291,7 +339,7 @@ class BatchGroup:
         return results
 
     @staticmethod
-    def _deliver(inferred: list[tuple[_Slot, Detections]], model: ModelStep) -> None:
+    def _deliver(inferred: list[tuple[Pending, Detections]], model: ModelStep) -> None:
         """Hand each frame its detections (a failing frame fails alone), then track the delivered frames of the
         members with a tracker, all in one call (``runner.tracking.track_batch``: its failures stay each
         tracker's)."""

@@ -37,6 +37,7 @@ from inferstream.elements._caps import (
 )
 from inferstream.elements._config_file import ConfigFile
 from inferstream.elements._errors import post_error, post_warning
+from inferstream.elements._inflight import DROPPED, InFlight
 from inferstream.elements._stream import stream_info_event
 from inferstream.frames.nvmm import pyservicemaker_available
 from inferstream.inference import PREPROCESS_MODES
@@ -116,6 +117,11 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                                "frames together; empty: a private group")
     max_latency = props.number("Max latency", "Longest a frame waits for its batch to fill, in milliseconds",
                                20.0, 0.0, 10000.0)
+    in_flight = props.integer("In flight", "Frames of this stream pyinfer holds at once: above 1, a frame waits "
+                              "in its batch while the next ones go to later batches (the streams' next batch forms "
+                              "while this one is written and tracked, as with nvinfer's output thread); frames "
+                              "still leave in order, skipped ones included; 1: each frame is done before the next "
+                              "comes", 1, 1, 8)
     interval = props.integer("Interval", "Frames to skip between inferences, per stream (as nvinfer's interval): "
                              "0 infers every frame", 0, 0, 10000)
     stream_id = props.string("Stream id", "Name of this instance's stream, sent downstream in the sticky "
@@ -160,6 +166,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self.set_passthrough(False)
         self._info: GstVideo.VideoInfo | None = None
         self._runner: StreamRunner | None = None  # set in do_start, dropped in do_stop
+        self._window: InFlight | None = None  # in-flight > 1: the frames in batches, not yet pushed
         self._source_id = 0
         self._ended = False  # EOS seen (the group no longer waits for this stream's frames)
         self._swap = ModelSwap(self._load_model_step, _SwapEvents(self))
@@ -237,6 +244,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         self._runner = StreamRunner(member, cfg.params, writer, unique_id=self.unique_id, interval=self.interval,
                                     secondary=secondary)
         self._runner.seat(offered_at(self.srcpad.get_peer()))  # a pytracker right after this element
+        self._window = InFlight(self.srcpad, self.in_flight) if self.in_flight > 1 else None
         self._ended = False
         self._told_upload = False
         self._told_keypoints = False
@@ -250,6 +258,9 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
         self._swap.detach()  # cancels a swap still loading
         runner, self._runner = self._runner, None
+        window, self._window = self._window, None
+        if window is not None and runner is not None:
+            window.discard(runner)
         if runner is not None:
             release_group(runner.member)
         return True
@@ -327,6 +338,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     def do_sink_event(self, event: Gst.Event) -> bool:
         runner = self._runner
+        if runner is not None and self._window is not None and not self._let_out(runner, self._window, event):
+            return False
         if runner is not None:
             if event.type == Gst.EventType.EOS and not self._ended:
                 self._ended = True
@@ -344,11 +357,27 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
             self.srcpad.push_event(stream_info_event(stream_id, self._source_id))
         return forwarded
 
+    def _let_out(self, runner: StreamRunner, window: InFlight, event: Gst.Event) -> bool:
+        """Before a serialized event, push the frames that came before it (a refused push is downstream's to
+        report); after a flush, drop them. False: a frame failed (posted), so the event is not forwarded."""
+        if event.type == Gst.EventType.FLUSH_STOP:
+            window.discard(runner)
+        elif Gst.EventType.get_flags(event.type) & Gst.EventTypeFlags.SERIALIZED and len(window):
+            try:
+                window.drain(runner)
+            except Exception as exc:  # the C boundary (R8)
+                post_error(self, exc, "inference failed")
+                return False
+        return True
+
     # streaming ----------------------------------------------------------------------------------------------
     def do_transform_ip(self, buf: Gst.Buffer) -> Gst.FlowReturn:
         try:
             if self._runner is None:
                 raise RuntimeError("not started")
+            if self._window is not None:
+                flow = self._window.add(self._runner, buf)  # pushed by the window, in order
+                return DROPPED if flow == Gst.FlowReturn.OK else flow
             self._runner.process(buf)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
             post_error(self, exc, "inference failed")

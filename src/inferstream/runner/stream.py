@@ -8,7 +8,8 @@ track. No GStreamer here (R6): buffers are opaque, mapped through ``frames.memor
 - NVMM (a DeepStream muxed batch per buffer): inferred at once, written as NvDs metadata, then tracked;
 - ``process-mode=secondary``: the frame's selected objects classified (in a batch when any needs the model);
 - otherwise: one frame of the group's next batch; the batch's thread maps, infers, writes and tracks it
-  (``batching.BatchGroup``, ``runner.tracking.track_batch``) while this thread waits.
+  (``batching.BatchGroup``, ``runner.tracking.track_batch``) while this thread waits — or, through ``submit``,
+  goes on to the stream's next frames and waits for this one later (``wait``: pyinfer's ``in-flight``).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from inferstream.batching import BatchGroup, Member
+    from inferstream.batching import BatchGroup, Member, Pending
     from inferstream.detections import Detections
     from inferstream.frames.memory import Mapper
     from inferstream.frames.system import FrameFormat
@@ -86,16 +87,41 @@ class StreamRunner:
     def process(self, buf: Any) -> None:
         """Infer ``buf`` (or skip it), write the results onto it and track it; raises what failed (mapping,
         inference, writing; tracking failures stay the tracker's, see ``TrackStage.take_error``)."""
+        if self.next_is_batched():
+            self.wait(self.submit(buf))
+        else:
+            self.later(buf)()
+
+    def next_is_batched(self) -> bool:
+        """Whether the next buffer will be one frame of a batch of the group (``submit``), rather than done at once
+        (skipped by ``interval``, NVMM, secondary)."""
+        return (self._kind != "nvmm" and self._secondary is None
+                and not (self._interval and self._index % (self._interval + 1)))
+
+    def submit(self, buf: Any) -> Pending:
+        """Hand ``buf`` to the group's next batch without waiting for it (``next_is_batched`` must be true): the
+        batch maps, infers, writes and tracks it; ``wait`` returns once it did."""
+        self._index += 1
+        return self.group.submit(_FrameJob(self, buf), self.params, self.member)
+
+    def wait(self, pending: Pending) -> None:
+        """Block until the frame of ``pending`` is done; raises what failed (as ``process``)."""
+        self.group.wait(pending)
+
+    def later(self, buf: Any) -> Callable[[], None]:
+        """What a buffer that is not batched (``next_is_batched`` false) takes, to run once the frames before it
+        are done (its frame number is taken now): skipped by ``interval``, it is tracked; NVMM or secondary, it is
+        inferred, written and tracked."""
         index, self._index = self._index, self._index + 1
+        return lambda: self._at_once(buf, index)
+
+    def _at_once(self, buf: Any, index: int) -> None:
         if not (self._interval and index % (self._interval + 1)):
             if self._kind == "nvmm":
                 from inferstream.meta.nvds import infer_nvmm_batch
 
                 infer_nvmm_batch(buf, lambda frames: self.group.infer_batch(frames, self.params), self.unique_id)
-            elif self._secondary is None:
-                self.group.infer(_FrameJob(self, buf), self.params, self.member)
-                return  # tracked in the batch
-            elif self._secondary.run(self, buf, index):
+            elif self._secondary is not None and self._secondary.run(self, buf, index):
                 return  # tracked in the batch
         tracker = self.member.tracker
         if tracker is not None:

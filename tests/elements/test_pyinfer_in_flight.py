@@ -1,0 +1,119 @@
+"""pyinfer ``in-flight`` > 1: a stream's next frames go to later batches while one waits in its batch. Checked
+against ``in-flight=1``, the reference: every frame of every stream leaves once, in order, with the same boxes,
+track ids and producers (pytracker tracking in the batch, frames skipped by ``interval`` in between); a stream
+really has several frames in the group at once, never two in one batch; a failing batch is an error, not a hang.
+Real pipelines, a real detector that flickers (``FlickerDetector``) and real trackers."""
+from __future__ import annotations
+
+from typing import Any
+
+import gi
+import pytest
+from gst_helpers import RunResult, run_pipeline
+from scenes import feed, frame_index
+
+gi.require_version("Gst", "1.0")
+from gi.repository import Gst
+
+from inferstream import batching
+from inferstream.meta.gstanalytics import read_detections
+
+SIZE = (320, 240)
+FLICKER = "model=test_pytracker_in_batch:flicker_detector labels=a,b,c confidence-threshold=0.1"
+
+pytestmark = pytest.mark.pipeline
+
+
+def _left(buf: Gst.Buffer) -> tuple[int, list[int], list[list[float]], list[int]]:
+    meta = read_detections(buf)
+    if meta is None:
+        return frame_index(buf), [], [], []
+    ids = meta.dets.track_ids.tolist() if meta.dets.track_ids is not None else [-1] * len(meta.dets)
+    return frame_index(buf), ids, meta.dets.boxes_xyxy.tolist(), list(meta.producers)
+
+
+def _play(tag: str, in_flight: int, interval: int = 0, streams: int = 4, frames: int = 40,
+          batch: int | None = None) -> RunResult:
+    chains = [f"appsrc name=src{k} ! videoconvert ! video/x-raw,format=RGB ! pyinfer {FLICKER} "
+              f"model-family=yolo-end2end input-size=320 batch-group={tag} batch-size={batch or streams} "
+              f"max-latency=200 interval={interval} in-flight={in_flight} ! pytracker name=trk{k} "
+              f"first-id={1000 * k} output-lost-tracks=true unique-id=77 ! fakesink sync=false"
+              for k in range(streams)]
+
+    def start(pipeline: Gst.Pipeline) -> None:
+        for k in range(streams):
+            feed(pipeline.get_by_name(f"src{k}"), k, frames, *SIZE)
+
+    return run_pipeline("  ".join(chains), {f"trk{k}": _left for k in range(streams)}, timeout_s=120,
+                        before_play=start)
+
+
+def _outcome(result: RunResult) -> dict[str, list[Any]]:
+    assert result.eos and not result.errors, result.errors
+    return result.seen
+
+
+@pytest.fixture
+def in_group(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The most frames one stream had in its batch group at once, and the most of one stream in one batch."""
+    most = {"held": 0, "in_one_batch": 0}
+    held: dict[int, list[batching.Pending]] = {}
+    submit, run = batching.BatchGroup.submit, batching.BatchGroup._run
+
+    def spy_submit(self: batching.BatchGroup, job: Any, params: Any, member: Any = None) -> batching.Pending:
+        mine = [p for p in held.get(id(member), []) if not p.done]  # the stream's frames still in the group
+        most["held"] = max(most["held"], len(mine) + 1)
+        pending = submit(self, job, params, member)
+        held[id(member)] = [*mine, pending]
+        return pending
+
+    def spy_run(self: batching.BatchGroup, batch: list[batching.Pending]) -> None:
+        per_member: dict[int, int] = {}
+        for p in batch:
+            per_member[id(p.member)] = per_member.get(id(p.member), 0) + 1
+        most["in_one_batch"] = max(most["in_one_batch"], *per_member.values())
+        run(self, batch)
+
+    monkeypatch.setattr(batching.BatchGroup, "submit", spy_submit)
+    monkeypatch.setattr(batching.BatchGroup, "_run", spy_run)
+    return most
+
+
+@pytest.mark.parametrize(("in_flight", "interval"), [(2, 0), (3, 0), (3, 1)],
+                         ids=["two", "three", "three-every-other-frame"])
+def test_frames_in_flight_leave_in_order_with_the_tracks_of_one_at_a_time(in_group: dict[str, int],
+                                                                          in_flight: int, interval: int) -> None:
+    ahead = _outcome(_play(f"ahead{in_flight}{interval}", in_flight, interval))
+    if not interval:  # a skipped frame is tracked before the next frame goes to a batch: it ends the overlap
+        assert in_group["held"] >= 2, "no stream ever had two frames in its batch group: nothing was in flight"
+    assert in_group["in_one_batch"] == 1, "a batch held two frames of one stream"
+    reference = _outcome(_play(f"one{in_flight}{interval}", 1, interval))
+    for k in range(4):
+        frames = ahead[f"trk{k}"]
+        assert [f[0] for f in frames] == list(range(40)), f"stream {k} lost or reordered frames"
+        assert any(f[1] for f in frames), f"stream {k}: nothing tracked, nothing compared"
+    assert ahead == reference  # boxes, track ids and producers, frame by frame
+
+
+def test_a_batch_smaller_than_the_streams_with_frames_in_flight() -> None:
+    """Four streams in batches of two: a stream's next frame may join a batch of other streams' older frames."""
+    ahead = _outcome(_play("small-ahead", 2, batch=2))
+    reference = _outcome(_play("small-one", 1, batch=2))
+    assert ahead == reference
+    assert all([f[0] for f in ahead[f"trk{k}"]] == list(range(40)) for k in range(4))
+
+
+def test_a_failing_batch_with_frames_in_flight_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inferstream.inference import ModelStep
+
+    infer, calls = ModelStep.infer, []
+
+    def fail_on_the_fifth(self: ModelStep, frames: Any, params: Any = None) -> Any:
+        calls.append(len(frames))
+        if len(calls) == 5:
+            raise RuntimeError("device lost")
+        return infer(self, frames, params)
+
+    monkeypatch.setattr(ModelStep, "infer", fail_on_the_fifth)
+    result = _play("failing", 2)
+    assert result.errors and "inference failed" in result.errors[0] and "device lost" in result.errors[0]
