@@ -44,6 +44,9 @@ def test_default_batch_on_cuda_is_two_halves_from_sixteen_streams() -> None:
     assert batches(16, "cuda") == {"8"} and batches(17, "cuda:0") == {"9"}  # two batches in flight
     assert batches(15, "cuda") == {"15"} and batches(32, "cpu") == {"32"}  # whole: few streams, or the CPU
     assert batches(32, "cuda", instances=2) == {"8"}  # each group's share of 16, halved
+    ahead = load_config({"sources": [{"test": "smpte", "num-buffers": 1}] * 16,
+                         "infer": {**BLOBS, "device": "cuda", "in-flight": 2}})
+    assert {"batch-size=16" in s.description for s in build_plan(ahead).streams} == {True}  # whole, frames ahead
     given = load_config({"sources": [{"test": "smpte", "num-buffers": 1}] * 16,
                          "infer": {**BLOBS, "device": "cuda", "batch-size": 16}})
     assert {"batch-size=16" in s.description for s in build_plan(given).streams} == {True}  # the config's wins

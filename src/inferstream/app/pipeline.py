@@ -180,8 +180,10 @@ def default_batch(cfg: AppConfig, streams: int) -> int:
     """The batch-size of a batch-group of ``streams`` streams when the config gives none: all of them, or on CUDA
     from ``SPLIT_BATCH_FROM`` streams on, half of them (rounded up). Every stream has one frame in flight, so a
     batch of all of them leaves the GPU idle while it is written and tracked; two halves take turns (one on the
-    GPU, the other on the host): faster on the H200 than whole batches (``BENCHMARKS.md``, *Worker processes*)."""
-    if cfg.infer.device.startswith("cuda") and streams >= SPLIT_BATCH_FROM:
+    GPU, the other on the host): faster on the H200 than whole batches (``BENCHMARKS.md``, *Worker processes*).
+    With pyinfer's ``in-flight`` above 1 the streams' next batch forms while one is written: whole batches."""
+    in_flight = _canon(cfg.infer.properties).get("in-flight", 1)
+    if cfg.infer.device.startswith("cuda") and streams >= SPLIT_BATCH_FROM and in_flight == 1:
         return -(-streams // 2)
     return max(1, streams)
 
