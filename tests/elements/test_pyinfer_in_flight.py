@@ -117,3 +117,38 @@ def test_a_failing_batch_with_frames_in_flight_is_an_error_not_a_hang(monkeypatc
     monkeypatch.setattr(ModelStep, "infer", fail_on_the_fifth)
     result = _play("failing", 2)
     assert result.errors and "inference failed" in result.errors[0] and "device lost" in result.errors[0]
+
+
+def test_a_flushing_seek_with_frames_in_flight_drops_them_and_starts_again() -> None:
+    """Two streams with three frames each in flight; stream 0 seeks back to its start at its frame 12: the frames
+    held then are dropped, the stream plays again from 0 to EOS, every frame out carries pyinfer's detections."""
+    sought: list[bool] = []
+
+    def seek_once(pipeline: Gst.Pipeline, msg: Gst.Message) -> None:
+        if msg.type == Gst.MessageType.ELEMENT and msg.get_structure().get_name() == "seek-now" and not sought:
+            sought.append(True)
+            pipeline.get_by_name("src0").seek_simple(Gst.Format.TIME, Gst.SeekFlags.FLUSH, 0)
+
+    def out(buf: Gst.Buffer) -> tuple[int, bool]:
+        index = round(buf.pts * 10 / Gst.SECOND)
+        if index == 12 and not sought:
+            sink = pipeline_ref[0].get_by_name("out0")
+            sink.post_message(Gst.Message.new_element(sink, Gst.Structure.new_empty("seek-now")))
+        return index, read_detections(buf) is not None
+
+    pipeline_ref: list[Gst.Pipeline] = []
+    chains = [f"videotestsrc name=src{k} num-buffers=30 pattern=smpte ! video/x-raw,width=160,height=120,"
+              f"framerate=10/1 ! videoconvert ! video/x-raw,format=RGB ! pyinfer model=blobs:color_blob_detector "
+              f"model-family=yolo-end2end labels=red,green,blue input-size=160 batch-group=seek batch-size=2 "
+              f"in-flight=3 ! identity name=out{k} ! fakesink sync=false" for k in range(2)]
+    result = run_pipeline("  ".join(chains), {"out0": out, "out1": lambda buf: buf.pts}, timeout_s=60,
+                          on_message=seek_once, before_play=pipeline_ref.append)
+    assert result.eos and not result.errors, result.errors
+    assert sought, "the seek never happened"
+    frames = [i for i, _ in result.seen["out0"]]
+    restart = next(n for n in range(1, len(frames)) if frames[n] < frames[n - 1])
+    # videotestsrc's num-buffers counts every buffer it made, those the flush dropped included
+    assert restart >= 12 and frames[:restart] == list(range(restart)), frames
+    assert frames[restart:] == list(range(len(frames) - restart)) and len(frames) <= 30, frames
+    assert all(has_meta for _, has_meta in result.seen["out0"])
+    assert len(result.seen["out1"]) == 30
