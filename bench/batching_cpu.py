@@ -1,11 +1,12 @@
 """Cross-stream batching on CPU: N = 1, 2, 4, 8 streams of vtest.avi through one batch-group, side by side with
 the raw model at the same batch size, in one run.
 
-    python bench/batching_cpu.py [--frames 24]
+    python bench/batching_cpu.py [--frames 24] [--streams 1,2,4,8] [--in-flight 1,2]
 
-Each stream: filesrc ! decodebin ! videoconvert ! RGB ! queue ! pyinfer batch-group=g batch-size=N ! fakesink.
-Reported: total frames/s, mean batch fill, mean wait per frame (latency added by batching), mean batch time, and
-the backend alone on a ready (N, 3, 640, 640) batch.
+Each stream: filesrc ! decodebin ! videoconvert ! RGB ! queue ! pyinfer batch-group=g batch-size=N in-flight=F
+! fakesink. Reported: total frames/s, mean batch fill, mean wait per frame (latency added by batching), mean batch
+time, and the backend alone on a ready (N, 3, 640, 640) batch. Several ``--in-flight`` values run one after the
+other for each N (their order alternating from one N to the next).
 """
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ from pyinfer_cpu import publish
 from inferstream.samples import person_detector, vtest_path
 
 
-def run_streams(model: Path, n: int, frames: int) -> tuple[float, dict[str, float]]:
+def run_streams(model: Path, n: int, frames: int, in_flight: int = 1) -> tuple[float, dict[str, float]]:
     branches = " ".join(
         f"filesrc location={vtest_path()} ! decodebin ! videoconvert ! video/x-raw,format=RGB ! queue "
-        f"! pyinfer name=inf{k} model={model} trust-checkpoint=true batch-group=bench{n} batch-size={n} "
+        f"! pyinfer name=inf{k} model={model} trust-checkpoint=true batch-group=bench{n}-{in_flight} "
+        f"batch-size={n} in-flight={in_flight} "
         f"max-latency=200 ! identity name=out{k} eos-after={frames + 1} ! fakesink sync=false" for k in range(n))
     pipeline = Gst.parse_launch(branches)
     stamps: list[float] = []
@@ -64,19 +66,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=24, help="frames per stream")
     parser.add_argument("--streams", default="1,2,4,8")
+    parser.add_argument("--in-flight", default="1", help="pyinfer in-flight values to compare, e.g. 1,2")
     args = parser.parse_args()
+    depths = [int(f) for f in args.in_flight.split(",")]
     Gst.init(None)
     model = person_detector("pt")
     lines = [("YOLOv8s person detector (torch, fp32, 640x640), CPU, vtest.avi streams, "
              f"{args.frames} frames per stream"), "",
-             ("| streams = batch | raw model (frames/s) | pipeline total (frames/s) | ratio | mean fill | "
-             "mean wait per frame (ms) | mean batch time (ms) |"), "|---|---|---|---|---|---|---|"]
-    for n in (int(s) for s in args.streams.split(",")):
+             ("| streams = batch | in flight | raw model (frames/s) | pipeline total (frames/s) | ratio | mean fill | "
+             "mean wait per frame (ms) | mean batch time (ms) |"), "|---|---|---|---|---|---|---|---|"]
+    for i, n in enumerate(int(s) for s in args.streams.split(",")):
         raw = raw_fps(model, n, max(2, 8 // n))
-        fps, stats = run_streams(model, n, args.frames)
-        lines.append(f"| {n} | {raw:.2f} | {fps:.2f} | {fps / raw:.2f} | {stats['mean-fill']:.2f} | "
-                     f"{stats['mean-wait-ms']:.1f} | {stats['mean-infer-ms']:.0f} |")
-        print(lines[-1], flush=True)
+        for depth in depths if i % 2 == 0 else depths[::-1]:
+            fps, stats = run_streams(model, n, args.frames, depth)
+            lines.append(f"| {n} | {depth} | {raw:.2f} | {fps:.2f} | {fps / raw:.2f} | {stats['mean-fill']:.2f} | "
+                         f"{stats['mean-wait-ms']:.1f} | {stats['mean-infer-ms']:.0f} |")
+            print(lines[-1], flush=True)
     publish("batching_cpu", lines)
 
 
