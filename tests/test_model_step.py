@@ -106,22 +106,29 @@ def _native_threads() -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc (Linux)")
-def test_a_cpu_model_runs_on_its_own_thread_so_callers_start_no_openmp_pools(person_pt: Path) -> None:
+@pytest.mark.parametrize("kind", ["pt", "onnx"])
+def test_a_cpu_model_runs_on_its_own_thread_so_callers_start_no_openmp_pools(kind: str, person_pt: Path,
+                                                                            person_onnx: Path) -> None:
     """libgomp gives every thread that starts a parallel region its own pool of workers (and with more pools than
-    cores stops spinning them): infers from three threads must add those three threads and no workers of theirs."""
-    if torch.get_num_threads() < 2:
+    cores stops spinning them): infers from three threads must add those three threads and no workers of theirs.
+    With ONNX Runtime torch only pre- and post-processes, on one torch thread; the process default stays."""
+    threads = torch.get_num_threads()
+    if threads < 2:
         pytest.skip("torch runs one thread here: no OpenMP pools to count")
-    step = load_model_step(InferConfig(model=str(person_pt), trust_checkpoint=True))
-    own = [t for t in threading.enumerate() if t.name == "pyinfer-model:best.pt"]
+    model = person_pt if kind == "pt" else person_onnx
+    step = load_model_step(InferConfig(model=str(model), trust_checkpoint=True))
+    own = [t for t in threading.enumerate() if t.name == f"pyinfer-model:{model.name}"]
     assert len(own) == 1 and own[0] is not threading.current_thread()
     frames = [_frame(320, 240, [(40, 40, 60, 0)])]
     (reference,) = step.infer(frames)  # from this thread: hops to the model's thread too
     before = _native_threads()
     counted, done = threading.Barrier(4), threading.Event()
     results: list[Detections] = []
+    fresh: list[int] = []
 
     def caller() -> None:
         results.extend(step.infer(frames))  # the forward's parallel regions run on the model's thread
+        fresh.append(torch.get_num_threads())  # a thread started after the load: the process default
         counted.wait()
         done.wait()
 
@@ -134,6 +141,8 @@ def test_a_cpu_model_runs_on_its_own_thread_so_callers_start_no_openmp_pools(per
     for t in callers:
         t.join()
     assert during - before == 3  # without the model's thread: 3 x (torch.get_num_threads() - 1) workers more
+    assert fresh == [threads] * 3 and torch.get_num_threads() == threads
+    assert step._on_thread(torch.get_num_threads) == (threads if kind == "pt" else 1)
     for dets in results:
         torch.testing.assert_close(dets.boxes_xyxy, reference.boxes_xyxy, atol=0, rtol=0)
     step.close()

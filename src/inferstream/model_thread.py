@@ -1,13 +1,14 @@
 """The one thread a CPU model runs on: its load, warm-up and every batch, whichever thread asks.
 
 torch's CPU kernels run on OpenMP (libgomp). Each thread that starts a parallel region gets a pool of workers of its
-own, and libgomp lets idle workers spin (ready within microseconds for the next region) only while it manages no
-more threads than there are CPUs; past that it puts them to sleep after every region and each of the hundreds of
-regions of a forward pays the wake-ups. pyinfer loads its model on the application's thread (``set_state``) and
-infers on a streaming thread (with a batch group, on whichever stream's thread fills the batch): two pools or more,
-and every forward ran throttled. YOLOv8s at 640x480 on 2 cores: 59 ms per forward on the only pool, 80 ms while a
-second one exists (BENCHMARKS.md, *pyinfer vs modelpipe*). On its own thread a model keeps one pool; when the
-model is closed the thread ends, and its pool with it (a swapped-out model leaves no pool behind).
+own, and an idle worker spins for the next region (300,000 spins by default) only while libgomp manages no more
+threads than there are CPUs; past that, 100 spins, then it sleeps, and each of the hundreds of regions of a
+forward pays the wake-ups (libgomp manual, ``GOMP_SPINCOUNT``). pyinfer loads its model on the application's thread
+(``set_state``) and infers on a streaming thread (with a batch group, on whichever stream's thread fills the
+batch): two pools or more, and every forward ran throttled. YOLOv8s at 640x480 on 2 cores: 59 ms per forward on
+the only pool, 80 ms while a second one exists (BENCHMARKS.md, *pyinfer vs modelpipe*). On its own thread a model
+keeps one pool; when the model is closed the thread ends, and its pool with it (a swapped-out model leaves no pool
+behind).
 
 The hop costs a queue put and a lock hand-off per batch: nothing next to a CPU forward. CUDA models do not use it
 (their host threads launch kernels; OpenMP is not involved).
