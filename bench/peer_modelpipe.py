@@ -7,8 +7,8 @@ each of S streams reading the first ``frames / S``: every run does the same work
 ``filesrc ! decodebin ! identity eos-after=N ! videoconvert ! RGB ! queue ! ELEMENT ! fakesink``, one branch per
 stream. Rows, each in its own process, alternating round by round so that load from others hits them alike:
 
-- pyinfer torch: the .pt as shipped defaults run it (channels_last, the frames' rectangle); streams share one
-  batch-group (batch-size = streams).
+- pyinfer torch: the .pt as shipped defaults run it (channels_last, the frames' rectangle, on the model's own
+  thread: ``inferstream.model_thread``); streams share one batch-group (batch-size = streams).
 - pyinfer ONNX: the same ``best.pt`` exported by ultralytics' exporter (``dynamic=True``, fp32; done once by this
   script into ``<cache>/peer/best-dynamic/``, nothing downloaded), ONNX Runtime: it takes the frames' rectangle too.
 - pyinfer ONNX fixed: the package's own ``best_fp16.onnx`` (fixed 640x640, fp16 weights behind a float input).
@@ -191,14 +191,15 @@ def main() -> None:
             for kind in args.kinds:
                 cmd = [sys.executable, __file__, "--one", kind, "--streams", str(streams), "--frames",
                        str(args.frames)]
+                load = os.getloadavg()[0]  # what else ran: this VM is shared
                 done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(kind),
                                       check=False)
                 if done.returncode:
                     raise SystemExit(f"{kind} x{streams} failed:\n{done.stderr[-2000:]}")
-                result = json.loads(done.stdout.strip().splitlines()[-1])
+                result = json.loads(done.stdout.strip().splitlines()[-1]) | {"load": load}
                 runs.setdefault((streams, kind), []).append(result)
                 print(f"round {rnd + 1} streams {streams} {kind}: {result['fps']:.2f} frames/s "
-                      f"({result['threads']} torch threads)", flush=True)
+                      f"({result['threads']} torch threads; load {load:.2f} at the start)", flush=True)
                 write_table(runs, args, quiet=True)  # a run cut short keeps the rounds done so far
     write_table(runs, args)
 
@@ -218,8 +219,10 @@ def write_table(runs: dict[tuple[int, str], list[dict[str, float]]], args: argpa
             return "-"
         return f"{statistics.median(r['fps'] for r in a) / statistics.median(r['fps'] for r in b):.2f}"
 
+    loads = [r["load"] for got in runs.values() for r in got]
     head = (f"{os.cpu_count()} cores, {args.frames} vtest frames per run (split over the streams), {args.rounds} "
-            "rounds alternating; cell: median frames/s (each run; torch threads)")
+            "rounds alternating; cell: median frames/s (each run; torch threads); 1-minute load average at the "
+            f"runs' starts {min(loads):.2f}-{max(loads):.2f}")
     lines = [head, "",
              "| streams | " + " | ".join(KINDS) + " | torch / mp_yolo-all | ONNX / mp_yolo-all |",
              "|---|" + "---|" * (len(KINDS) + 2)]
