@@ -7,9 +7,11 @@ each of S streams reading the first ``frames / S``: every run does the same work
 ``filesrc ! decodebin ! identity eos-after=N ! videoconvert ! RGB ! queue ! ELEMENT ! fakesink``, one branch per
 stream. Rows, each in its own process, alternating round by round so that load from others hits them alike:
 
-- pyinfer torch: the .pt as shipped defaults run it (channels_last, the frames' rectangle); streams share one
-  batch-group (batch-size = streams).
-- pyinfer ONNX: the same model's ONNX export (fixed 640x640), ONNX Runtime.
+- pyinfer torch: the .pt as shipped defaults run it (channels_last, the frames' rectangle, on the model's own
+  thread: ``inferstream.model_thread``); streams share one batch-group (batch-size = streams).
+- pyinfer ONNX: the same ``best.pt`` exported by ultralytics' exporter (``dynamic=True``, fp32; done once by this
+  script into ``<cache>/peer/best-dynamic/``, nothing downloaded), ONNX Runtime: it takes the frames' rectangle too.
+- pyinfer ONNX fixed: the package's own ``best_fp16.onnx`` (fixed 640x640, fp16 weights behind a float input).
 - mp_yolo as shipped: one element per stream; ultralytics' ``select_device`` leaves torch one thread.
 - mp_yolo all cores: the same, with torch given every core (set on each streaming thread before its buffer).
 
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 
 MODELPIPE = "modelpipe==2.0.0"
-KINDS = ("pyinfer-torch", "pyinfer-onnx", "mp_yolo", "mp_yolo-all")
+KINDS = ("pyinfer-torch", "pyinfer-onnx", "pyinfer-onnx-fixed", "mp_yolo", "mp_yolo-all")
 NEVER_INSTALLED = {"torch", "torchvision"}  # the environment's own build, never replaced by a peer's pin
 
 
@@ -51,6 +53,29 @@ def modelpipe_dir() -> Path:
         raise SystemExit(f"{MODELPIPE} needs {blocked}, which this environment lacks; not installing a second torch")
     if missing and (run := subprocess.run([*pip, *missing], capture_output=True, text=True, check=False)).returncode:
         raise SystemExit(f"cannot install modelpipe's requirements {missing}: {run.stderr.strip()[-300:]}")
+    return target
+
+
+def onnx_export() -> Path:
+    """``best.pt`` as ONNX with dynamic batch, height and width (fp32), exported once by ultralytics' exporter next
+    to a copy of the .pt in the cache; SystemExit with the reason when it cannot be. In a process of its own:
+    importing ultralytics sets ``OMP_NUM_THREADS=1``, which every row started after it would inherit."""
+    import shutil
+
+    from inferstream.cache import cache_dir
+    from inferstream.samples import person_detector
+
+    target = cache_dir() / "peer" / "best-dynamic" / "best.onnx"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(person_detector("pt"), target.with_suffix(".pt"))  # the exporter writes beside its input
+    code = ("import sys; from ultralytics import YOLO; print(YOLO(sys.argv[1]).export(format='onnx', dynamic=True, "
+            "half=False, simplify=False, imgsz=640, device='cpu'))")
+    done = subprocess.run([sys.executable, "-c", code, str(target.with_suffix(".pt"))], capture_output=True,
+                          text=True, check=False)
+    if done.returncode or not target.is_file():
+        raise SystemExit(f"ultralytics' exporter failed on {target.with_suffix('.pt')}: {done.stderr[-500:]}")
     return target
 
 
@@ -91,7 +116,8 @@ def element(kind: str, index: int, streams: int) -> str:
     from inferstream.samples import person_detector
 
     if kind.startswith("pyinfer"):
-        model = person_detector("pt" if kind == "pyinfer-torch" else "onnx")
+        model = {"pyinfer-torch": person_detector("pt"), "pyinfer-onnx": onnx_export(),
+                 "pyinfer-onnx-fixed": person_detector("onnx")}[kind]
         return (f"pyinfer name=inf{index} model={model} trust-checkpoint=true batch-group=peer "
                 f"batch-size={streams}")
     stem = str(person_detector("pt")).removesuffix(".pt")  # mp_yolo appends ".pt" itself
@@ -157,20 +183,23 @@ def main() -> None:
         return
     if any(k.startswith("mp_yolo") for k in args.kinds):
         modelpipe_dir()
+    if "pyinfer-onnx" in args.kinds:
+        onnx_export()  # here, once: the rows' processes find it in the cache
     runs: dict[tuple[int, str], list[dict[str, float]]] = {}
     for rnd in range(args.rounds):
         for streams in args.streams:
             for kind in args.kinds:
                 cmd = [sys.executable, __file__, "--one", kind, "--streams", str(streams), "--frames",
                        str(args.frames)]
+                load = os.getloadavg()[0]  # what else ran: this VM is shared
                 done = subprocess.run(cmd, capture_output=True, text=True, env=child_env(kind),
                                       check=False)
                 if done.returncode:
                     raise SystemExit(f"{kind} x{streams} failed:\n{done.stderr[-2000:]}")
-                result = json.loads(done.stdout.strip().splitlines()[-1])
+                result = json.loads(done.stdout.strip().splitlines()[-1]) | {"load": load}
                 runs.setdefault((streams, kind), []).append(result)
                 print(f"round {rnd + 1} streams {streams} {kind}: {result['fps']:.2f} frames/s "
-                      f"({result['threads']} torch threads)", flush=True)
+                      f"({result['threads']} torch threads; load {load:.2f} at the start)", flush=True)
                 write_table(runs, args, quiet=True)  # a run cut short keeps the rounds done so far
     write_table(runs, args)
 
@@ -190,8 +219,10 @@ def write_table(runs: dict[tuple[int, str], list[dict[str, float]]], args: argpa
             return "-"
         return f"{statistics.median(r['fps'] for r in a) / statistics.median(r['fps'] for r in b):.2f}"
 
+    loads = [r["load"] for got in runs.values() for r in got]
     head = (f"{os.cpu_count()} cores, {args.frames} vtest frames per run (split over the streams), {args.rounds} "
-            "rounds alternating; cell: median frames/s (each run; torch threads)")
+            "rounds alternating; cell: median frames/s (each run; torch threads); 1-minute load average at the "
+            f"runs' starts {min(loads):.2f}-{max(loads):.2f}")
     lines = [head, "",
              "| streams | " + " | ".join(KINDS) + " | torch / mp_yolo-all | ONNX / mp_yolo-all |",
              "|---|" + "---|" * (len(KINDS) + 2)]

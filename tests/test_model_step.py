@@ -3,13 +3,17 @@ frame's own pixels out; what it refuses at load. Real models: tests/blobs.py (fi
 expected boxes are the squares drawn) and tests/classifier_models.py."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
+from inferstream.detections import Detections
 from inferstream.errors import ConfigError, UnsupportedModelError
 from inferstream.inference import InferConfig, ModelStep, load_model_step
 from inferstream.models.base import DecodeParams, PreprocessOverride
@@ -94,3 +98,53 @@ def test_the_runner_and_the_model_step_import_no_gstreamer() -> None:
             " inferstream.meta.writers, sys; print('gi' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def _native_threads() -> int:
+    """Threads of this process as the kernel counts them: Python's and OpenMP's workers alike."""
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc (Linux)")
+@pytest.mark.parametrize("kind", ["pt", "onnx"])
+def test_a_cpu_model_runs_on_its_own_thread_so_callers_start_no_openmp_pools(kind: str, person_pt: Path,
+                                                                            person_onnx: Path) -> None:
+    """libgomp gives every thread that starts a parallel region its own pool of workers (and with more pools than
+    cores stops spinning them): infers from three threads must add those three threads and no workers of theirs.
+    With ONNX Runtime torch only pre- and post-processes, on one torch thread; the process default stays."""
+    threads = torch.get_num_threads()
+    if threads < 2:
+        pytest.skip("torch runs one thread here: no OpenMP pools to count")
+    model = person_pt if kind == "pt" else person_onnx
+    step = load_model_step(InferConfig(model=str(model), trust_checkpoint=True))
+    own = [t for t in threading.enumerate() if t.name == f"pyinfer-model:{model.name}"]
+    assert len(own) == 1 and own[0] is not threading.current_thread()
+    frames = [_frame(320, 240, [(40, 40, 60, 0)])]
+    (reference,) = step.infer(frames)  # from this thread: hops to the model's thread too
+    before = _native_threads()
+    counted, done = threading.Barrier(4), threading.Event()
+    results: list[Detections] = []
+    fresh: list[int] = []
+
+    def caller() -> None:
+        results.extend(step.infer(frames))  # the forward's parallel regions run on the model's thread
+        fresh.append(torch.get_num_threads())  # a thread started after the load: the process default
+        counted.wait()
+        done.wait()
+
+    callers = [threading.Thread(target=caller) for _ in range(3)]
+    for t in callers:
+        t.start()
+    counted.wait()
+    during = _native_threads()
+    done.set()
+    for t in callers:
+        t.join()
+    assert during - before == 3  # without the model's thread: 3 x (torch.get_num_threads() - 1) workers more
+    assert fresh == [threads] * 3 and torch.get_num_threads() == threads
+    assert step._on_thread(torch.get_num_threads) == (threads if kind == "pt" else 1)
+    for dets in results:
+        torch.testing.assert_close(dets.boxes_xyxy, reference.boxes_xyxy, atol=0, rtol=0)
+    step.close()
+    own[0].join(timeout=10)
+    assert not own[0].is_alive()  # closing ends the thread, and its OpenMP pool with it

@@ -2,10 +2,11 @@
 decode, one copy to the host). No GStreamer here (R6); ``runner/`` maps the frames and writes the results."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from inferstream.errors import ConfigError, UnsupportedModelError
 from inferstream.models.base import DecodeParams, PreprocessOverride
@@ -15,8 +16,11 @@ if TYPE_CHECKING:
 
     from inferstream.backends.base import Backend
     from inferstream.detections import Detections
+    from inferstream.model_thread import ModelThread
     from inferstream.models.base import Decoder, Family, MaskedDecoder
     from inferstream.rawframe import RawFrame
+
+T = TypeVar("T")
 
 DEFAULT_INPUT_SIZE = (640, 640)
 # preprocess mode -> preprocess_batch(exact=..., resize_first=...)
@@ -56,8 +60,10 @@ class ModelStep:
     ``model-family`` or an unknown layout fails at start, not on the first frame.
     """
 
-    def __init__(self, cfg: InferConfig) -> None:
+    def __init__(self, cfg: InferConfig, thread: ModelThread | None = None) -> None:
         from inferstream.backends.loader import load_backend
+
+        self._thread = thread  # a CPU model's own thread (load_model_step): warmup, infer and close run there
 
         if cfg.preprocess not in _PREPROCESS:
             raise ConfigError(f"preprocess={cfg.preprocess!r}: expected one of {list(PREPROCESS_MODES)}")
@@ -144,9 +150,16 @@ class ModelStep:
             raise UnsupportedModelError(f"the model failed on a {tuple(x.shape)} {x.dtype} input: {exc}") from exc
 
     def warmup(self, batch_size: int) -> None:
-        self.backend.warmup(batch_size, self.input_size)
+        self._on_thread(lambda: self.backend.warmup(batch_size, self.input_size))
 
     def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
+        """Detections (CPU tensors, frame pixels) for each frame, in order, computed on the model's thread."""
+        return self._on_thread(lambda: self._infer(frames, params))
+
+    def _on_thread(self, fn: Callable[[], T]) -> T:
+        return fn() if self._thread is None else self._thread.run(fn)
+
+    def _infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Detections (CPU tensors, frame pixels) for each frame, in order; axis-aligned boxes are clipped.
 
         Pixels are read once from the views into the model's input tensor (on the model's device: CUDA frames
@@ -220,17 +233,46 @@ class ModelStep:
         return merged.split(counts)
 
     def close(self) -> None:
-        self.backend.close()
+        self._on_thread(self.backend.close)
+        if self._thread is not None:
+            self._thread.close()  # the thread ends, and its OpenMP pool with it
 
 
 def load_model_step(cfg: InferConfig) -> ModelStep:
     """The model step ``cfg`` asks for: a ModelStep on whole frames, or (``cfg.objects``) the secondary classifier on
-    the objects upstream elements detected (``secondary.ObjectClassifier``)."""
+    the objects upstream elements detected (``secondary.ObjectClassifier``). A CPU model is loaded on, and keeps,
+    a thread of its own (``model_thread``: one OpenMP pool, not one per calling thread)."""
     if cfg.objects:
         from inferstream.secondary import ObjectClassifier
 
         return ObjectClassifier(cfg)
-    return ModelStep(cfg)
+    if not cfg.device.startswith("cpu"):
+        return ModelStep(cfg)
+    from inferstream.model_thread import ModelThread
+
+    thread = ModelThread(f"pyinfer-model:{Path(cfg.model).name}")
+    try:
+        step = thread.run(lambda: ModelStep(cfg, thread))
+    except BaseException:
+        thread.close()
+        raise
+    from inferstream.backends.torch_backend import TorchBackend
+
+    if not isinstance(step.backend, TorchBackend):
+        _one_torch_thread_on(thread)
+    return step
+
+
+def _one_torch_thread_on(thread: ModelThread) -> None:
+    """One torch thread on ``thread``, the process default unchanged. A runtime other than torch (ONNX Runtime,
+    a server) leaves torch only the pre- and post-processing, and OpenMP workers that spin after each of those
+    small regions take a core from the runtime's own threads (``model_thread``). ``torch.set_num_threads`` sets the
+    calling thread's count and the default of threads yet to start: the default is put back from this thread."""
+    import torch
+
+    threads = torch.get_num_threads()
+    thread.run(lambda: torch.set_num_threads(1))
+    torch.set_num_threads(threads)
 
 
 def _family_size(family: str) -> tuple[int, int]:

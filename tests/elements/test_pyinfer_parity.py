@@ -77,6 +77,33 @@ def test_person_detector_default_input_matches_yolo_predict_on_vtest(vtest: Path
                       _reference(str(person_onnx), frames[:3], conf=0.25, iou=0.45))
 
 
+@pytest.fixture(scope="module")
+def person_dynamic_onnx(tmp_path_factory: pytest.TempPathFactory, person_pt: Path) -> Path:
+    """best.pt exported by ultralytics with dynamic batch, height and width (fp32), as the peer bench does."""
+    from ultralytics import YOLO
+
+    pt = tmp_path_factory.mktemp("dynamic") / "best.pt"
+    pt.write_bytes(person_pt.read_bytes())  # the exporter writes next to its input
+    threads = torch.get_num_threads()
+    try:
+        return Path(YOLO(pt).export(format="onnx", dynamic=True, half=False, simplify=False, imgsz=640,
+                                    verbose=False))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_dynamic_onnx_export_runs_at_the_rectangle_and_gives_yolo_predicts_boxes(
+        vtest: Path, person_pt: Path, person_dynamic_onnx: Path) -> None:
+    """No input-size: an ONNX graph with dynamic height and width runs at the frames' 640x480 rectangle as the .pt
+    does, so its boxes are ``yolo predict``'s of the .pt on every frame; at 640x640 they are not."""
+    frames = decode_frames(f"filesrc location={vtest} ! decodebin", 160)[::8]
+    ref = _reference(str(person_pt), frames, conf=0.25, iou=0.45)
+    assert sum(len(r["xyxy"]) for r in ref) >= 60
+    assert_same_boxes(pyinfer_frames(frames, f"model={person_dynamic_onnx}"), ref)
+    with pytest.raises(AssertionError):  # the square input finds other boxes on some frames: the rectangle matters
+        assert_same_boxes(pyinfer_frames(frames, f"model={person_dynamic_onnx} input-size=640"), ref)
+
+
 def test_person_detector_matches_ultralytics_on_bus(bus_frame: np.ndarray, person_pt: Path) -> None:
     ours = pyinfer_frames([bus_frame], f"model={person_pt} input-size=480x640")
     ref = _reference(str(person_pt), [bus_frame], conf=0.25, iou=0.45, imgsz=640)
