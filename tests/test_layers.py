@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cache",),  # the cache directory
     # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
     ("native", "samples", "gstcompat"),  # gstcompat: what differs between the gst-python releases we run on
-    ("ops", "backends", "vlm", "nvinfer_config", "shared_worker"),  # pure computation, one job each
+    ("ops", "backends", "vlm", "nvinfer_config", "shared_worker", "model_thread"),  # pure computation, one job each
     ("models", "frames", "tracking"),  # model families (over backends and ops); buffers -> RawFrame; ByteTrack
     ("meta",),  # metadata writers and readers
     ("inference", "secondary"),  # a batch through a model: primary, and secondary on object crops
