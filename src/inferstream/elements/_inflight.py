@@ -2,9 +2,11 @@
 
 An in-place transform gives back each buffer before the next one comes, so a stream has one frame in the batch
 group at a time, and a batch of all the streams leaves the GPU idle while it is written and tracked. With a window
-of N, pyinfer hands a frame to its batch (``StreamRunner.submit``), keeps it, and returns DROPPED; it pushes the
-oldest one itself, on its streaming thread, once N frames are held (waiting for that one if needed) — as nvinfer
-pushes from its output thread. So the next batch of the same streams forms while the previous one is written and
+of N, pyinfer keeps a frame and returns DROPPED, hands it to its batch when the stream's next buffer comes
+(``StreamRunner.reserve``: only then has the base class let go of it, so that it is writable for the batch's
+metadata: while the transform returns, the buffer has two references, gst-python's and the base class's, and a batch
+on another thread could not write it), and pushes the oldest one itself, on its streaming thread, once N frames
+are held (waiting for that one if needed) — as nvinfer pushes from its output thread. So the next batch of the same streams forms while the previous one is written and
 tracked, at full size. A frame that is not batched (skipped by ``interval``, NVMM, secondary) waits in the window
 too and is done (``StreamRunner.later``) just before it is pushed, after the frames before it, and before the
 stream's next frame goes to a batch: a tracker sees the stream's frames in order (so a skipped frame ends the
@@ -34,18 +36,20 @@ if TYPE_CHECKING:
 class InFlight:
     """Up to ``depth`` frames of one stream in the batch group at once, pushed in order through ``pad``."""
 
-    __slots__ = ("_frames", "depth", "pad")
+    __slots__ = ("_frames", "_kept", "depth", "pad")
 
     def __init__(self, pad: Gst.Pad, depth: int) -> None:
         self.pad, self.depth = pad, depth
         self._frames: deque[tuple[Gst.Buffer, Pending | Callable[[], None]]] = deque()
+        self._kept: tuple[Gst.Buffer, Callable[[], Pending]] | None = None  # the last buffer, not handed over yet
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return len(self._frames) + (self._kept is not None)
 
     def add(self, runner: StreamRunner, buf: Gst.Buffer) -> Gst.FlowReturn:
         """Take ``buf`` (handed to its batch, or kept with what it takes: ``StreamRunner.later``), then push what
         is due; raises what failed for a frame that is pushed now."""
+        self._hand_over()
         if not runner.next_is_batched():
             self._frames.append((buf, runner.later(buf)))
         else:
@@ -54,20 +58,29 @@ class InFlight:
                 flow = self._push(runner, keep=0)
                 if flow != Gst.FlowReturn.OK:
                     return flow
-            self._frames.append((buf, runner.submit(buf)))
+            self._kept = (buf, runner.reserve(buf))
         return self._push(runner, keep=self.depth - 1)
 
     def drain(self, runner: StreamRunner) -> Gst.FlowReturn:
         """Push every frame held (before a serialized event, at EOS)."""
+        self._hand_over()
         return self._push(runner, keep=0)
 
     def discard(self, runner: StreamRunner) -> None:
         """Drop every frame held once its batch is done with it (a flush, a stop): nothing is pushed."""
+        self._kept = None
         while self._frames:
             _, work = self._frames.popleft()
             if not callable(work):
                 with contextlib.suppress(Exception):  # a failure of a frame nobody will see
                     runner.wait(work)
+
+    def _hand_over(self) -> None:
+        """Hand the kept buffer to its batch (called from the stream's next buffer or event: it is writable now)."""
+        if self._kept is not None:
+            buf, submit = self._kept
+            self._kept = None
+            self._frames.append((buf, submit()))
 
     def _push(self, runner: StreamRunner, keep: int) -> Gst.FlowReturn:
         """Push the oldest frames while more than ``keep`` are held, and any done ones after them."""

@@ -95,14 +95,18 @@ class StreamRunner:
     def next_is_batched(self) -> bool:
         """Whether the next buffer will be one frame of a batch of the group (``submit``), rather than done at once
         (skipped by ``interval``, NVMM, secondary)."""
-        return (self._kind != "nvmm" and self._secondary is None
-                and not (self._interval and self._index % (self._interval + 1)))
+        return self._kind != "nvmm" and self._secondary is None and self._inferred(self._index)
 
     def submit(self, buf: Any) -> Pending:
         """Hand ``buf`` to the group's next batch without waiting for it (``next_is_batched`` must be true): the
         batch maps, infers, writes and tracks it; ``wait`` returns once it did."""
+        return self.reserve(buf)()
+
+    def reserve(self, buf: Any) -> Callable[[], Pending]:
+        """``submit`` in two steps: the frame number is taken now, the buffer handed over when the call returned
+        is called (once the buffer is writable: pyinfer's ``in-flight`` hands a buffer over on the next one)."""
         self._index += 1
-        return self.group.submit(_FrameJob(self, buf), self.params, self.member)
+        return lambda: self.group.submit(_FrameJob(self, buf), self.params, self.member)
 
     def wait(self, pending: Pending) -> None:
         """Block until the frame of ``pending`` is done; raises what failed (as ``process``)."""
@@ -115,8 +119,12 @@ class StreamRunner:
         index, self._index = self._index, self._index + 1
         return lambda: self._at_once(buf, index)
 
+    def _inferred(self, index: int) -> bool:
+        """Whether frame ``index`` of the stream is inferred (not skipped by ``interval``)."""
+        return not (self._interval and index % (self._interval + 1))
+
     def _at_once(self, buf: Any, index: int) -> None:
-        if not (self._interval and index % (self._interval + 1)):
+        if self._inferred(index):
             if self._kind == "nvmm":
                 from inferstream.meta.nvds import infer_nvmm_batch
 
