@@ -266,7 +266,7 @@ class Spec:
     in_flight: int = 1
 
     @classmethod
-    def parse(cls, text: str) -> Spec:
+    def parse(cls, text: str, streams: int) -> Spec:
         w, mps, tracker, *extra = text.split(":")
         opts: dict[str, Any] = {}
         for field_ in extra:
@@ -282,23 +282,23 @@ class Spec:
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":
-            return cls(_auto_workers(), mps, tracker == "yes", auto=True, **opts)
+            return cls(_auto_workers(streams), mps, tracker == "yes", auto=True, **opts)
         return cls(int(w), mps, tracker == "yes", **opts)
 
     def batch_size(self, streams: int) -> int:
         """The batch each batch-group runs (the app's default: a group's share of a worker's streams)."""
-        from inferstream.app.pipeline import SPLIT_BATCH_FROM
+        from inferstream.app.pipeline import group_batch
 
         per_group = -(-streams // self.workers) // self.instances
-        if self.batch < 0:  # pipeline.default_batch on CUDA
-            return -(-per_group // 2) if per_group >= SPLIT_BATCH_FROM else per_group
+        if self.batch < 0:  # the app's default_batch on CUDA
+            return group_batch(per_group, cuda=True, in_flight=self.in_flight)
         return self.batch or min(32, per_group)
 
 
-def _auto_workers() -> int:
-    from inferstream.app.workers import CORES_PER_CUDA_WORKER, MAX_AUTO_CUDA, cpu_cores
+def _auto_workers(streams: int) -> int:
+    from inferstream.app.workers import cpu_cores, cuda_workers
 
-    return max(1, min(MAX_AUTO_CUDA, cpu_cores() // CORES_PER_CUDA_WORKER))  # sources are never fewer here
+    return cuda_workers(streams, cpu_cores())
 
 
 def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any], spec: Spec, total: int,
@@ -353,7 +353,7 @@ def main() -> int:
     clips = make_clips(args.out, args.clips, args.frames)
     report["clips_s"] = round(time.perf_counter() - t, 1)
     if args.runs:
-        specs = [Spec.parse(r) for r in args.runs.split(",")]
+        specs = [Spec.parse(r, args.streams) for r in args.runs.split(",")]
     else:
         specs = [Spec(int(w), m, t == "yes") for m in args.mps.split(",") for t in args.tracker.split(",")
                  for w in args.workers.split(",")]

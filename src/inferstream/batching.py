@@ -224,7 +224,8 @@ class BatchGroup:
         if not pending:
             return []
         need = min(self.batch_size, max(self._live, 1))
-        if len(pending) < need and time.monotonic() - pending[0].arrived < self.max_latency_s:
+        timed_out = time.monotonic() - pending[0].arrived >= self.max_latency_s
+        if len(pending) < need and not timed_out:
             return []
         batch: list[Pending] = []
         later: list[Pending] = []
@@ -236,7 +237,7 @@ class BatchGroup:
                     members.add(s.member)
             else:
                 later.append(s)
-        if len(batch) < need and time.monotonic() - pending[0].arrived < self.max_latency_s:
+        if len(batch) < need and not timed_out:
             return []
         self._pending = later
         for s in batch:

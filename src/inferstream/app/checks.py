@@ -9,7 +9,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from inferstream.app import gstprops
-from inferstream.app.config import KeyPath, Problem, Sink, Source
+from inferstream.app.config import Infer, KeyPath, Problem, Sink, Source
 from inferstream.backends.loader import MODEL_SUFFIXES
 from inferstream.errors import ConfigError
 
@@ -50,7 +50,7 @@ def _element_sections(data: Mapping[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
     infer = data.get("infer")
     if isinstance(infer, Mapping):
-        problems += _infer_props(("infer",), {k: v for k, v in infer.items() if k not in ("secondary", "instances")})
+        problems += _infer_props(("infer",), {k: v for k, v in infer.items() if k not in Infer.model_fields})
         secondary = infer.get("secondary")
         for i, props in enumerate(secondary if isinstance(secondary, list) else []):
             problems += _infer_props(("infer", "secondary", i), props)

@@ -182,8 +182,12 @@ def default_batch(cfg: AppConfig, streams: int) -> int:
     batch of all of them leaves the GPU idle while it is written and tracked; two halves take turns (one on the
     GPU, the other on the host): faster on the H200 than whole batches (``BENCHMARKS.md``, *Worker processes*).
     With pyinfer's ``in-flight`` above 1 the streams' next batch forms while one is written: whole batches."""
-    in_flight = _canon(cfg.infer.properties).get("in-flight", 1)
-    if cfg.infer.device.startswith("cuda") and streams >= SPLIT_BATCH_FROM and in_flight == 1:
+    return group_batch(streams, cfg.infer.device.startswith("cuda"), _canon(cfg.infer.properties).get("in-flight", 1))
+
+
+def group_batch(streams: int, cuda: bool, in_flight: object = 1) -> int:
+    """``default_batch``'s rule for ``streams`` streams, on CUDA or not, at pyinfer's ``in-flight``."""
+    if cuda and streams >= SPLIT_BATCH_FROM and in_flight == 1:
         return -(-streams // 2)
     return max(1, streams)
 

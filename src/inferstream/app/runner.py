@@ -288,9 +288,9 @@ class Runner:
             if not s.removed and s.plan.group not in readers:
                 readers[s.plan.group] = s.bin.get_by_name(s.plan.infer)
         stats = []
-        for infer in readers.values():
+        for infer in (r for r in readers.values() if r is not None):
             try:
-                stats.append(json.loads(infer.get_property("stats") or "{}") if infer is not None else {})
+                stats.append(json.loads(infer.get_property("stats") or "{}"))
             except (TypeError, ValueError):
                 continue
         self._batch = merge_batches(stats) or self._batch

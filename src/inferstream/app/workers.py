@@ -53,7 +53,12 @@ def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
     """
     if not cfg.infer.device.startswith("cuda"):
         return 1
-    return max(1, min(len(cfg.sources), MAX_AUTO_CUDA, (cores or cpu_cores()) // CORES_PER_CUDA_WORKER))
+    return cuda_workers(len(cfg.sources), cores or cpu_cores())
+
+
+def cuda_workers(sources: int, cores: int) -> int:
+    """``auto_workers``' rule on CUDA, for ``sources`` sources on ``cores`` cores."""
+    return max(1, min(sources, MAX_AUTO_CUDA, cores // CORES_PER_CUDA_WORKER))
 
 
 def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False) -> tuple[int, str | None]:
