@@ -18,7 +18,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
     ("native", "samples", "gstcompat"),  # gstcompat: what differs between the gst-python releases we run on
     ("ops", "backends", "vlm", "nvinfer_config", "shared_worker", "model_thread"),  # pure computation, one job each
-    ("models", "frames", "tracking"),  # model families (over backends and ops); buffers -> RawFrame; ByteTrack
+    ("models", "frames", "tracking", "model_server"),  # model families (over backends and ops); buffers -> RawFrame;
+    # ByteTrack; the process that serves one model to many workers (over backends)
     ("meta",),  # metadata writers and readers
     ("inference", "secondary"),  # a batch through a model: primary, and secondary on object crops
     ("batching",),  # frames of many streams into one batch

@@ -18,7 +18,8 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             the runs instead of the product of ``--workers``, ``--mps`` and ``--tracker``; optional fields after
             them (``W`` = auto: the app's own ``--workers auto``): ``bN`` the batch size (e.g. half a worker's streams, so that two batches of a worker are in
             flight; ``bapp``: the app's own default), ``iN`` the app's ``infer.instances`` (model copies per worker,
-            each its own batch-group), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
+            each its own batch-group), ``m`` the app's ``infer.model-server`` (one process runs the batches of
+            every worker; ``dX`` its ``delay-ms``), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
             once), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
             ``--profile S`` records S seconds of one worker with ``py-spy --gil`` once a quarter of the frames are
@@ -157,23 +158,23 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _worker_pid(app_pid: int) -> int:
-    """One worker process of the app (``inferstream.app.worker``), or the app itself when it runs in process."""
+def _worker_pid(app_pid: int, module: bytes = b"inferstream.app.worker") -> int | None:
+    """One process of the app running ``module`` (a worker; the model server), or the app itself when it runs
+    in process (None for another module)."""
     for pid in _descendants(app_pid):
         try:
-            if b"inferstream.app.worker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if module in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
         except OSError:
             continue
-    return app_pid
+    return app_pid if module == b"inferstream.app.worker" else None
 
 
 PROFILE_RATE = 200  # py-spy samples per second
 
 
-def start_profile(app_pid: int, seconds: float, path: Path) -> subprocess.Popen[bytes]:
-    """py-spy (the GIL holder only, without pausing the process) on one worker for ``seconds``."""
-    pid = _worker_pid(app_pid)
+def start_profile(pid: int, seconds: float, path: Path) -> subprocess.Popen[bytes]:
+    """py-spy (the GIL holder only, without pausing the process) on process ``pid`` for ``seconds``."""
     return subprocess.Popen(["py-spy", "record", "--gil", "--nonblocking", "-r", str(PROFILE_RATE), "-f", "raw",
                              "-d", str(int(seconds)), "-p", str(pid), "-o", str(path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -222,7 +223,7 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
             env["BENCH_SWITCH_INTERVAL"] = str(switch_s)
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(switch_site(out)), env.get("PYTHONPATH", "")) if p)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-        spy = None
+        spy = server_spy = None
         while proc.poll() is None and time.perf_counter() - t0 < timeout_s:
             done = _frames_done(port)
             now = time.perf_counter()
@@ -230,14 +231,19 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
                 samples.append((now, done))
                 cpu.append((now, _busy_cpu_s()))
                 if profile_s and spy is None and done >= 0.25 * total:
-                    spy = start_profile(proc.pid, profile_s, out / f"{name}.gil.txt")
+                    spy = start_profile(_worker_pid(proc.pid) or proc.pid, profile_s, out / f"{name}.gil.txt")
+                    if (server := _worker_pid(proc.pid, b"inferstream.model_server")) is not None:
+                        server_spy = start_profile(server, profile_s, out / f"{name}.server.gil.txt")
             time.sleep(0.25)
         if proc.poll() is None:
             proc.kill()
         rc = proc.wait()
-        if spy is not None:
-            spy.wait(timeout=30)
+        for profiler in (spy, server_spy):
+            if profiler is not None:
+                profiler.wait(timeout=30)
     result: dict[str, Any] = {"workers": workers, "rc": rc, "wall_s": round(time.perf_counter() - t0, 1)}
+    if forwards := re.search(r"model server: (\d+) frames in (\d+) forwards", (out / f"{name}.log").read_text()):
+        result["per_forward"] = round(int(forwards[1]) / int(forwards[2]), 2)
     if len(samples) < 3 or samples[-1][1] < 0.5 * total:
         result["error"] = f"only {samples[-1][1] if samples else 0} of {total} frames seen (see {name}.log)"
         return result
@@ -248,6 +254,9 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
                    **sampler.window(lo, hi)})
     if profile_s:
         result.update(profile_summary(out / f"{name}.gil.txt", profile_s))
+        if (out / f"{name}.server.gil.txt").is_file():
+            server = profile_summary(out / f"{name}.server.gil.txt", profile_s)
+            result.update({"server_gil_busy": server["gil_busy"], "server_gil_self": server["gil_self"]})
     return result
 
 
@@ -264,6 +273,8 @@ class Spec:
     instances: int = 1
     switch_s: float = 0.0
     in_flight: int = 1
+    server: bool = False  # infer.model-server: one process holds the model for every worker
+    delay_ms: float = 0.0
 
     @classmethod
     def parse(cls, text: str, streams: int) -> Spec:
@@ -279,6 +290,10 @@ class Spec:
                 opts["switch_s"] = float(value)
             elif kind == "f":
                 opts["in_flight"] = int(value)
+            elif kind == "m":
+                opts["server"] = True
+            elif kind == "d":
+                opts["delay_ms"] = float(value)
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":
@@ -311,17 +326,19 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
         "infer": {"model": str(MODEL), "device": "cuda", "max-latency": 50,
                   **({"batch-size": batch} if spec.batch >= 0 else {}),
                   **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
-                  **({"in-flight": spec.in_flight} if spec.in_flight > 1 else {})},
+                  **({"in-flight": spec.in_flight} if spec.in_flight > 1 else {}),
+                  **({"model-server": {"delay-ms": spec.delay_ms}} if spec.server else {})},
         "sink": {"type": "fakesink"},
     }
     if tracker:
         cfg["tracker"] = {}
     name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-f{spec.in_flight}-{'track' if tracker else 'notrack'}-mps{mps}"
-            f"{f'-si{switch_s}' if switch_s else ''}{'-' + side if side else ''}")
+            f"{f'-si{switch_s}' if switch_s else ''}{f'-server{spec.delay_ms:g}' if spec.server else ''}"
+            f"{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s)
     res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances,
-                "in_flight": spec.in_flight, "mps": mps,
+                "in_flight": spec.in_flight, "mps": mps, "server": spec.server, "delay_ms": spec.delay_ms,
                 "code": side or "this tree",
                 "switch_interval_s": switch_s or sys.getswitchinterval()})
     ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
@@ -372,11 +389,13 @@ def main() -> int:
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
-             ("| code | workers | instances | batch | in flight | pytracker | MPS | GIL switch ms | frames/s | of bare ceiling (same batch) | of bare b32 "
-              "| GPU % | NVDEC % | host cores | a worker's GIL busy | rc |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("| code | workers | instances | batch | in flight | model server (frames per forward) | pytracker | MPS | GIL switch ms "
+              "| frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % | host cores | a worker's GIL busy | rc |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
-        lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {'yes' if r['tracker'] else 'no'} | "
+        server = (f"delay {r.get('delay_ms', 0):g} ms ({r.get('per_forward', '-')}), GIL {r.get('server_gil_busy', '-')}"
+                  if r.get("server") else "no")
+        lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | {r['rc']}"

@@ -102,6 +102,28 @@ def test_pyinfer_nvh264dec_cuda_memory_boxes_match_the_system_memory_path() -> N
 
 
 @needs_nvcodec
+def test_pyinfer_in_flight_on_cuda_memory_gives_the_boxes_of_one_frame_at_a_time() -> None:
+    """Three streams of nvh264dec frames with two frames each in the group at once: every frame leaves, in order,
+    with the boxes of the in-flight=1 reference (the decoder's buffers are held a frame longer)."""
+    streams = 3
+    source = ("videotestsrc pattern=smpte num-buffers=12 ! video/x-raw,format=I420,width=640,height=360 ! "
+              "x264enc speed-preset=ultrafast tune=zerolatency ! h264parse ! nvh264dec ! tee name=t ")
+    branches = [f"t. ! queue ! pyinfer name=fl{k} device=cuda batch-group=cuda-fl batch-size={streams} "
+                f"in-flight=2 {BLOBS} ! fakesink" for k in range(streams)]
+    reference = f"t. ! queue ! pyinfer name=ref device=cuda batch-group=cuda-ref {BLOBS} ! fakesink"
+    names = [f"fl{k}" for k in range(streams)] + ["ref"]
+    result = run_pipeline(source + " ".join([*branches, reference]), dict.fromkeys(names, labelled_boxes),
+                          timeout_s=60)
+    assert result.eos and not result.errors, result.errors
+    ref = result.seen["ref"]
+    assert len(ref) == 12 and all(labels == ["blue", "green", "red"] for labels, _ in ref)
+    for name in names[:-1]:
+        assert len(result.seen[name]) == 12, name
+        for (labels, boxes), (ref_labels, ref_boxes) in zip(result.seen[name], ref):
+            assert labels == ref_labels and np.allclose(boxes, ref_boxes, atol=1e-3), name
+
+
+@needs_nvcodec
 def test_pyinfer_cuda_device_on_system_memory_still_works() -> None:
     desc = H264 + f"cudadownload ! video/x-raw,format=NV12 ! pyinfer name=dut device=cuda {BLOBS} ! fakesink"
     result = run_pipeline(desc, {"dut": labelled_boxes}, timeout_s=60)

@@ -50,7 +50,8 @@ def _element_sections(data: Mapping[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
     infer = data.get("infer")
     if isinstance(infer, Mapping):
-        problems += _infer_props(("infer",), {k: v for k, v in infer.items() if k not in Infer.model_fields})
+        own = {field.alias or name for name, field in Infer.model_fields.items()}  # instances, model-server...
+        problems += _infer_props(("infer",), {k: v for k, v in infer.items() if k not in own})
         secondary = infer.get("secondary")
         for i, props in enumerate(secondary if isinstance(secondary, list) else []):
             problems += _infer_props(("infer", "secondary", i), props)

@@ -208,6 +208,9 @@ def _local_address(host: str) -> bool:
 
 
 def _check_device(cfg: AppConfig) -> None:
+    if cfg.infer.model_server is not None:
+        raise ConfigError("infer.model-server serves the workers of one machine over a local socket; a cluster's "
+                          "workers cannot reach it: leave it out for a cluster run (each actor loads the model)")
     device = cfg.infer.device
     if device.startswith("cuda:") and device != "cuda:0":
         raise ConfigError(f"infer.device {device}: on a cluster Ray gives each worker its GPU (CUDA_VISIBLE_DEVICES), "

@@ -24,6 +24,8 @@ name inferstream's sample files; ``{id}`` in a string property becomes the strea
       confidence-threshold: 0.3
       instances: 1                # optional: model instances per process, each its own batch-group of an equal
                                   #   share of the streams (batch-size = that share, unless given)
+      model-server: {}            # optional: one process holds the model for all workers and runs their batches
+                                  #   together (max-batch: 32, delay-ms: 0; true / {} / false)
       secondary:                  # optional: more pyinfer property sets, chained after the primary
         - {model: other.onnx}
     tracker: {}                   # optional: pytracker properties (first-id defaults to disjoint ranges)
@@ -141,12 +143,25 @@ class Source(_Section):
         return str(getattr(self, self.kind))
 
 
+class ModelServerOptions(_Section):
+    """``infer.model-server``: one process holds the model for every worker (``app/serving.py``)."""
+
+    max_batch: int = Field(32, ge=1)
+    delay_ms: float = Field(0.0, ge=0)
+
+
 class Infer(_Section):
     """pyinfer properties (checked against the element) plus ``secondary``: more pyinfer property sets."""
 
     model_config = ConfigDict(extra="allow", alias_generator=_hyphen, populate_by_name=False, frozen=True)
     secondary: list[dict[str, Any]] = Field(default_factory=list)
     instances: int = Field(1, ge=1)
+    model_server: ModelServerOptions | None = None
+
+    @field_validator("model_server", mode="before")
+    @classmethod
+    def _server_switch(cls, value: Any) -> Any:
+        return {} if value is True or value is None else None if value is False else value
 
     @property
     def properties(self) -> dict[str, Any]:

@@ -28,7 +28,8 @@ from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
 from inferstream.app.mps import cuda_mps
 from inferstream.app.pipeline import Plan, build_plan
 from inferstream.app.runner import EXIT_EVENTS_LOST, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, RunError, Runner, RunResult
-from inferstream.app.signals import StopSignals
+from inferstream.app.serving import model_server
+from inferstream.app.signals import StopSignals, describe_exit
 from inferstream.app.worker import decode_snapshot, encode_plan
 from inferstream.app.workerstats import health, merge_batches, worker_metrics
 from inferstream.errors import ConfigError
@@ -343,7 +344,7 @@ class Supervisor:
             w.ended = True
 
     def _exit_cause(self, w: _Worker, rc: int) -> str:
-        return _describe_exit(rc, w.stderr)
+        return describe_exit(rc, w.stderr)
 
     def _on_death(self, w: _Worker, cause: str) -> None:
         w.causes.append(cause)
@@ -391,16 +392,6 @@ class Supervisor:
                         merge_batches([s.batch for s, _ in snaps]), active)
 
 
-def _describe_exit(rc: int, stderr: deque[str]) -> str:
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    last = next((line for line in reversed(stderr) if line.strip()), "")
-    return f"exited with code {rc}" + (f": {last.strip()}" if last else "")
-
-
 def run_config(cfg: AppConfig, workers: tuple[int, str | None], console: Console, metrics_port: int | None = None,
                eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (), plan: Plan | None = None
                ) -> RunResult:
@@ -409,7 +400,11 @@ def run_config(cfg: AppConfig, workers: tuple[int, str | None], console: Console
     n, note = workers
     if note:
         console.message(note)
-    if n > 1:
-        with cuda_mps(cfg.mps, n, cfg.infer.device, console.message):
-            return Supervisor(cfg, n, console, metrics_port, eos_timeout_s).run()
-    return Runner(plan or build_plan(cfg), console, metrics_port, eos_timeout_s, frame_hooks).run()
+    processes = n + (cfg.infer.model_server is not None)
+    if processes == 1:
+        return Runner(plan or build_plan(cfg), console, metrics_port, eos_timeout_s, frame_hooks).run()
+    with cuda_mps(cfg.mps, processes, cfg.infer.device, console.message), \
+            model_server(cfg, console.message) as served:
+        if n > 1:
+            return Supervisor(served, n, console, metrics_port, eos_timeout_s).run()
+        return Runner(build_plan(served), console, metrics_port, eos_timeout_s, frame_hooks).run()

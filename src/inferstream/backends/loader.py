@@ -46,6 +46,7 @@ PRECISIONS: Final = ("auto", "fp32", "fp16")
 GRAPH_MODES: Final = ("auto", "off", "cuda-graph")
 # a remote inference server's model (KServe v2): the spec is a URL with one of these schemes
 REMOTE_SCHEMES: Final = ("grpc", "grpcs", "http", "https")
+SERVED_SCHEME: Final = "ipc"  # a model server on this machine (``inferstream.model_server``): ipc:///path.sock
 # ``pkg.mod:attr`` or ``some/file.py:attr``; a spec naming an existing file is always a file, never a factory.
 _FACTORY_RE: Final = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|.+\.py):(?P<attr>[A-Za-z_][\w.]*)$")
 
@@ -64,8 +65,9 @@ def load_backend(
     Args:
         spec: a model file (``.onnx`` runs on onnxruntime; ``.pt``/``.pth``/``.torchscript`` on torch), a
             factory ``package.module:callable`` / ``path/to/file.py:callable`` that returns a ``torch.nn.Module``
-            or any callable taking the ``Tensor[B, 3, H, W]`` batch, or a model on a KServe v2 server
-            (``grpc://host:8001/name``, ``http://host:8000/name``; see ``backends.remote``).
+            or any callable taking the ``Tensor[B, 3, H, W]`` batch, a model on a KServe v2 server
+            (``grpc://host:8001/name``, ``http://host:8000/name``; see ``backends.remote``), or the model of a
+            model server on this machine (``ipc:///path/model.sock``; see ``backends.served``).
         device: torch device string ("cpu", "cuda", "cuda:1").
         precision: "auto" (fp16 on CUDA, fp32 on CPU), "fp32" or "fp16". An ONNX file's precision is fixed by the
             file: "auto" follows it and a contradicting explicit choice is refused.
@@ -97,6 +99,13 @@ def load_backend(
     if graph == "cuda-graph" and dev.type != "cuda":
         raise ConfigError(f"graph=cuda-graph needs a CUDA device, got device={device!r}")
     scheme = spec.partition("://")[0].lower() if "://" in spec else ""
+    if scheme == SERVED_SCHEME:  # a model server on this machine: its model, precision and graphs
+        if backend != "auto":
+            raise ConfigError(f"{spec!r} names a model server; use backend=auto")
+        from inferstream.backends.served import load as load_served
+
+        served: Backend = load_served(spec, device=dev)
+        return served
     if scheme in REMOTE_SCHEMES or backend == "triton":
         if backend not in ("auto", "triton"):
             raise ConfigError(f"{spec!r} names a remote inference server; use backend=auto or backend=triton")

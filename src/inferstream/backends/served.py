@@ -1,0 +1,134 @@
+"""A model held by a model server on this machine (``inferstream.model_server``): ``model=ipc:///path/model.sock``.
+
+Worker processes that each hold a copy of the model run batches of their own streams only, so on a GPU the
+batches stay as small as a worker's share; a model server takes the batches of every worker and runs them as one
+forward. Pixels never leave the device: at registration the server allocates this client's input and output
+tensors and shares them (CUDA IPC on a GPU, a shared file in ``/dev/shm`` on the CPU). A call copies the batch
+into the input on the device, waits for that copy, sends ``("run", n)`` over the socket and waits for
+``("done",)``: by then the server has written the outputs and waited for its own stream. The outputs returned
+are views of the shared output tensors, valid until the next call, which the batch group's run lock orders
+after the decoder that reads them.
+
+Never a hang: every answer has a deadline, and a server that died or stopped is an InferenceServerError
+naming the socket.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from inferstream.backends.base import ModelInfo
+from inferstream.errors import BackendInitError, InferenceServerError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+CALL_TIMEOUT_S: Final = 30.0
+# registering a new input size captures the server's CUDA graphs for it: far longer than a call
+REGISTER_TIMEOUT_S: Final = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class SharedFile:
+    """A CPU tensor both processes map from one file (``torch.from_file(shared=True)``)."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def open(self) -> Tensor:
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        numel = 1
+        for dim in self.shape:
+            numel *= dim
+        return torch.from_file(self.path, shared=True, size=numel, dtype=dtype).view(self.shape)
+
+
+def socket_path(spec: str) -> str:
+    """The socket path of ``ipc:///path/model.sock``."""
+    return spec.partition("://")[2]
+
+
+class ServedBackend:
+    """The Backend protocol over a model server's socket (see the module docstring)."""
+
+    def __init__(self, spec: str, device: torch.device | None = None) -> None:
+        import torch
+
+        self.address = socket_path(spec)
+        if not self.address or not Path(self.address).is_absolute():
+            raise BackendInitError(f"{spec!r}: a model server is named by its socket, ipc:///absolute/path.sock")
+        try:
+            self._conn: Connection = Client(self.address, family="AF_UNIX")
+        except OSError as exc:
+            raise BackendInitError(f"no model server at {self.address}: {exc.strerror or exc}") from exc
+        info, served_on, dtype = self._ask(("hello", os.getpid()), CALL_TIMEOUT_S)
+        self.info: ModelInfo = info
+        self.device = torch.device(served_on)
+        self.dtype: torch.dtype = getattr(torch, dtype)
+        if device is not None and device.type != self.device.type:
+            self.close()
+            raise BackendInitError(f"the model server at {self.address} runs the model on {served_on}, "
+                                   f"not on {device}: set the same device on both")
+        self._input: Tensor | None = None  # before the first call or warmup: no tensors yet
+        self._outputs: list[Tensor] = []
+
+    def _ask(self, message: tuple[Any, ...], timeout_s: float) -> list[Any]:
+        """Send ``message``; the answer's payload (an ``("error", why)`` answer raises)."""
+        try:
+            self._conn.send(message)
+            if not self._conn.poll(timeout_s):
+                raise InferenceServerError(f"the model server at {self.address} gave no answer in {timeout_s:g} s")
+            answer: tuple[Any, ...] = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise InferenceServerError(f"the model server at {self.address} closed the connection: it stopped "
+                                       f"or died (its own error is in the run's log)") from exc
+        kind, *payload = answer
+        if kind == "error":
+            raise InferenceServerError(f"the model server at {self.address}: {payload[0]}")
+        return payload
+
+    def _register(self, capacity: int, height: int, width: int) -> None:
+        """Ask for input and output tensors for ``capacity`` frames of ``height`` x ``width``."""
+        shared_in, shared_out = self._ask(("register", capacity, height, width), REGISTER_TIMEOUT_S)
+        self._input = _opened(shared_in)
+        self._outputs = [_opened(t) for t in shared_out]
+
+    def __call__(self, batch: Tensor) -> list[Tensor]:
+        import torch
+
+        n, _, height, width = batch.shape
+        slot = self._input
+        if slot is None or n > slot.shape[0] or tuple(slot.shape[2:]) != (height, width):
+            self._register(max(n, slot.shape[0] if slot is not None else 0), height, width)
+            slot = self._input
+        assert slot is not None
+        slot[:n].copy_(batch)
+        if slot.is_cuda:  # the server reads the input on its own stream: the copy must be done first
+            torch.cuda.current_stream(slot.device).synchronize()
+        self._ask(("run", n), CALL_TIMEOUT_S)
+        return [out[:n] for out in self._outputs]
+
+    def warmup(self, batch_size: int, input_size: tuple[int, int]) -> None:
+        """Register for the group's batch size: the server warms its model (and graphs) up for that size."""
+        self._register(batch_size, *input_size)
+
+    def close(self) -> None:
+        self._input, self._outputs = None, []
+        self._conn.close()
+
+
+def _opened(shared: Any) -> Tensor:
+    """A tensor the server shared: CUDA tensors arrive opened (torch's IPC reduction), files are mapped here."""
+    return shared.open() if isinstance(shared, SharedFile) else shared
+
+
+def load(spec: str, device: torch.device | None = None, **_ignored: Any) -> ServedBackend:
+    """``load_backend``'s entry: precision and graphs are the server's."""
+    return ServedBackend(spec, device)

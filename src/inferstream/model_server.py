@@ -1,0 +1,261 @@
+"""One process that holds a model for every worker on its device: batches of all workers in one forward.
+
+    python -m inferstream.model_server --listen /run/x/model.sock --model yolo11s.pt --device cuda [--max-batch 32]
+
+Workers load ``model=ipc:///run/x/model.sock`` (``backends.served``): each registers its input size and batch
+size, gets input and output tensors shared with it (CUDA IPC on a GPU, a file in ``/dev/shm`` on the CPU), and
+sends ``("run", n)`` once its batch is in its input. The server's one thread takes every request that is waiting,
+up to ``max-batch`` frames, runs them as one forward on its own CUDA stream, copies each worker's outputs into
+that worker's tensors, waits for the stream and answers ``("done",)``. It never waits for a batch to fill
+(``--delay-ms`` lets it wait that long for workers that have not asked yet): with the GPU busy, requests pile up
+while a forward runs, and the next forward takes them all.
+
+The socket's folder is the access control (the app makes it private): whoever can connect can send pickles.
+Prints one JSON line ``{"ready": ...}`` once the model is loaded (the app waits for it) and one line of counts at
+exit; SIGTERM or SIGINT stops it. A model that fails to load is one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener, wait
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from inferstream.backends.served import SharedFile
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from inferstream.backends.base import Backend
+
+
+@dataclass(eq=False)
+class _Client:
+    conn: Connection
+    shape: tuple[int, int, int] = (0, 0, 0)  # capacity, height, width once registered
+    input: Tensor | None = None
+    outputs: list[Tensor] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    asked: int = 0  # frames of the request waiting to run, 0: none
+
+
+class ModelServer:
+    """The serving loop (see the module docstring); ``serve`` runs it until ``stop``."""
+
+    def __init__(self, backend: Backend, max_batch: int = 32, delay_s: float = 0.0) -> None:
+        import torch
+        import torch.multiprocessing  # registers torch's CUDA IPC reductions with the pickler
+
+        self.backend, self.max_batch, self.delay_s = backend, max_batch, delay_s
+        self._stream = torch.cuda.Stream(backend.device) if backend.device.type == "cuda" else None
+        self._clients: list[_Client] = []
+        self._accepted: list[Connection] = []
+        self._accept_lock = threading.Lock()
+        self._wake_r, self._wake_w = os.pipe()
+        self._stopping = False
+        self._warm: dict[tuple[int, int], int] = {}  # (height, width): the batch warmed up for
+        self._files = Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir="/dev/shm" if Path("/dev/shm").is_dir()
+                                            else None))
+        self.forwards = self.frames = self.served = 0
+
+    # the loop ----------------------------------------------------------------------------------------------
+    def serve(self, listener: Listener) -> None:
+        threading.Thread(target=self._accept, args=(listener,), daemon=True, name="model-server-accept").start()
+        try:
+            while not self._stopping:
+                self._read(wait([c.conn for c in self._clients] + [self._wake_r], timeout=1.0))
+                if any(c.asked for c in self._clients):
+                    self._linger()
+                    self._run_batch()
+        finally:
+            listener.close()
+            for client in list(self._clients):
+                self._drop(client)
+            shutil.rmtree(self._files, ignore_errors=True)
+
+    def stop(self) -> None:
+        """Ask the loop to end (safe from a signal handler)."""
+        self._stopping = True
+        os.write(self._wake_w, b"x")
+
+    def _accept(self, listener: Listener) -> None:
+        while not self._stopping:
+            try:
+                conn = listener.accept()
+            except OSError:  # closed at stop
+                return
+            with self._accept_lock:
+                self._accepted.append(conn)
+            os.write(self._wake_w, b"c")
+
+    def _read(self, ready: list[Any]) -> None:
+        if self._wake_r in ready:
+            os.read(self._wake_r, 4096)
+            with self._accept_lock:
+                self._clients += [_Client(conn) for conn in self._accepted]
+                self._accepted.clear()
+        for client in [c for c in self._clients if c.conn in ready]:
+            try:
+                message = client.conn.recv()
+            except (EOFError, OSError):
+                self._drop(client)
+                continue
+            self._handle(client, message)
+
+    def _linger(self) -> None:
+        """Wait up to ``delay_s`` for registered workers that have not asked yet, while the batch has room."""
+        deadline = time.monotonic() + self.delay_s
+        while (left := deadline - time.monotonic()) > 0:
+            idle = [c for c in self._clients if c.input is not None and not c.asked]
+            if not idle or sum(c.asked for c in self._clients) >= self.max_batch:
+                return
+            self._read(wait([c.conn for c in idle], timeout=left))
+
+    # messages ----------------------------------------------------------------------------------------------
+    def _handle(self, client: _Client, message: tuple[Any, ...]) -> None:
+        kind, *args = message
+        try:
+            if kind == "hello":
+                dtype = str(self.backend.dtype).removeprefix("torch.")
+                self._send(client, ("info", self.backend.info, str(self.backend.device), dtype))
+            elif kind == "register":
+                self._send(client, ("slots", *self._register(client, *args)))
+            elif kind == "run" and client.input is not None and 0 < args[0] <= client.shape[0]:
+                client.asked = int(args[0])
+            else:
+                why = f"unexpected request {kind!r} (register before run, at most the registered batch)"
+                self._send(client, ("error", why))
+        except Exception as exc:  # noqa: BLE001 (a bad size, a model that fails on it, no memory: that worker's error)
+            self._send(client, ("error", f"{type(exc).__name__}: {exc}"))
+
+    def _register(self, client: _Client, capacity: int, height: int, width: int) -> tuple[Any, list[Any]]:
+        """Allocate (and share) ``client``'s tensors; the first worker of a size warms the model up for it."""
+        import torch
+
+        self._release(client)
+        if self._warm.get((height, width), 0) < capacity:
+            self.backend.warmup(max(capacity, self.max_batch), (height, width))
+            self._warm[height, width] = max(capacity, self.max_batch)
+        probe = torch.zeros((1, 3, height, width), dtype=self.backend.dtype, device=self.backend.device)
+        with torch.inference_mode():
+            probed = [(tuple(o.shape), o.dtype) for o in self.backend(probe)]
+        if any(not shape or shape[0] != 1 for shape, _ in probed):
+            raise ValueError(f"outputs {[s for s, _ in probed]} do not all have the batch first: this model "
+                             "cannot be served")
+        client.input, shared_in = self._tensor(client, (capacity, 3, height, width), self.backend.dtype)
+        made = [self._tensor(client, (capacity, *shape[1:]), dtype) for shape, dtype in probed]
+        client.outputs = [tensor for tensor, _ in made]
+        client.shape = (capacity, height, width)
+        if self.backend.device.type == "cuda":
+            torch.cuda.synchronize(self.backend.device)
+        return shared_in, [shared for _, shared in made]
+
+    def _tensor(self, client: _Client, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[Tensor, Any]:
+        """A zeroed tensor for ``client`` and what to send it: the CUDA tensor itself (torch's reduction pickles
+        an IPC handle of it), or the file a CPU tensor is mapped from."""
+        import torch
+
+        if self.backend.device.type == "cuda":
+            tensor = torch.zeros(shape, dtype=dtype, device=self.backend.device)
+            return tensor, tensor
+        path = self._files / f"{id(client):x}-{len(client.files)}"
+        client.files.append(path)
+        shared = SharedFile(str(path), shape, str(dtype).removeprefix("torch."))
+        return shared.open(), shared
+
+    # one forward of every waiting request --------------------------------------------------------------------
+    def _run_batch(self) -> None:
+        import torch
+
+        jobs: list[_Client] = []
+        for client in sorted((c for c in self._clients if c.asked), key=lambda c: c.shape[1:]):
+            same = not jobs or client.shape[1:] == jobs[0].shape[1:]
+            if same and (not jobs or sum(j.asked for j in jobs) + client.asked <= self.max_batch):
+                jobs.append(client)
+        try:
+            with torch.inference_mode(), torch.cuda.stream(self._stream) if self._stream else nullcontext():
+                parts = [j.input[:j.asked] for j in jobs if j.input is not None]
+                outputs = self.backend(parts[0] if len(parts) == 1 else torch.cat(parts))
+                start = 0
+                for job in jobs:
+                    for mine, out in zip(job.outputs, outputs):
+                        mine[:job.asked].copy_(out[start:start + job.asked])
+                    start += job.asked
+            if self._stream is not None:
+                self._stream.synchronize()
+            answer: tuple[Any, ...] = ("done",)
+            self.forwards += 1
+            self.frames += start
+        except Exception as exc:  # noqa: BLE001 (the forward failed: every worker in it hears why, the server goes on)
+            answer = ("error", f"the forward failed: {type(exc).__name__}: {exc}")
+        for job in jobs:
+            job.asked = 0
+            self._send(job, answer)
+
+    # clients -----------------------------------------------------------------------------------------------
+    def _send(self, client: _Client, message: tuple[Any, ...]) -> None:
+        try:
+            client.conn.send(message)
+        except OSError:
+            self._drop(client)
+
+    def _drop(self, client: _Client) -> None:
+        if client in self._clients:
+            self._clients.remove(client)
+            self.served += 1
+        self._release(client)
+        client.conn.close()
+
+    def _release(self, client: _Client) -> None:
+        client.input, client.outputs, client.asked = None, [], 0
+        for path in client.files:
+            path.unlink(missing_ok=True)
+        client.files.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from inferstream.backends.loader import load_backend
+    from inferstream.errors import InferstreamError
+
+    ap = argparse.ArgumentParser(prog="python -m inferstream.model_server", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--listen", required=True, help="the socket path workers connect to (model=ipc://PATH)")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="auto")
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--graph", default="auto")
+    ap.add_argument("--trust-checkpoint", action="store_true")
+    ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument("--delay-ms", type=float, default=0.0)
+    args = ap.parse_args(argv)
+    try:
+        backend = load_backend(args.model, device=args.device, precision=args.precision, backend=args.backend,
+                               trust_checkpoint=args.trust_checkpoint, graph=args.graph)
+    except InferstreamError as exc:
+        print(f"model server: cannot load {args.model}: {exc}", file=sys.stderr)
+        return 2
+    server = ModelServer(backend, max(1, args.max_batch), max(0.0, args.delay_ms) / 1000)
+    Path(args.listen).unlink(missing_ok=True)
+    listener = Listener(args.listen, family="AF_UNIX")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: server.stop())
+    print(json.dumps({"ready": args.listen, "device": str(backend.device)}), flush=True)
+    server.serve(listener)
+    print(json.dumps({"forwards": server.forwards, "frames": server.frames, "workers": server.served}), flush=True)
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

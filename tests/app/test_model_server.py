@@ -1,0 +1,146 @@
+"""``infer.model-server``: the run's model in one server process shared by the workers, run for real (the CLI, worker
+processes, the server, a real person detector on vtest). The reference is the same config in one process: every
+frame of every stream gets the same detections and track ids, once and in order; a model the server cannot load
+fails the run in one line."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.media import BLOBS
+from inferstream.app.config import load_config
+from inferstream.app.serving import served_config, server_command
+
+pytestmark = pytest.mark.pipeline
+
+CLI = [sys.executable, "-m", "inferstream.app.cli", "run"]
+LENGTHS = (5, 6, 7, 8)  # frames per stream: a stream mix-up shows as a wrong count
+
+
+def _config(vtest: Path, person_pt: Path, out: Path, **extra: Any) -> dict[str, Any]:
+    return {"sources": [{"id": f"cam{i}", "file": str(vtest), "max-frames": n} for i, n in enumerate(LENGTHS)],
+            "decode": "software",
+            "infer": {"model": str(person_pt), "trust-checkpoint": True,
+                      "confidence-threshold": 0.3, **extra},
+            "tracker": {},
+            "messages": {"conv": {"schema": "inferstream-frame", "frame-interval": 1, "skip-empty": False},
+                         "broker": {"proto": "file", "conn-str": str(out / "{id}.jsonl")}}}
+
+
+def _run(cfg: dict[str, Any], folder: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    folder.mkdir()
+    path = folder / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = subprocess.run([*CLI, str(path), "--console", "plain", *args], capture_output=True, text=True,
+                         timeout=600, check=False)
+    events = {f"cam{i}": [yaml.safe_load(line) for line in (folder / f"cam{i}.jsonl").read_text().splitlines()]
+              for i in range(len(LENGTHS)) if (folder / f"cam{i}.jsonl").exists()}
+    return run, events
+
+
+def _objects(payload: dict[str, Any]) -> list[tuple[str, Any, list[float]]]:
+    return sorted((o["label"], -1 if o["track_id"] is None else o["track_id"], o["bbox"]) for o in payload["objects"])
+
+
+def test_two_workers_on_one_model_server_detect_and_track_every_frame_as_one_process(
+        vtest: Path, person_pt: Path, tmp_path: Path) -> None:
+    served, served_events = _run(_config(vtest, person_pt, tmp_path / "served", **{"model-server": {}}),
+                                 tmp_path / "served", "--workers", "2")
+    alone, alone_events = _run(_config(vtest, person_pt, tmp_path / "alone"), tmp_path / "alone")
+    assert served.returncode == 0 and alone.returncode == 0, (served.stderr, alone.stderr)
+    assert "workers: worker 0 (cam0, cam1) ok; worker 1 (cam2, cam3) ok" in served.stdout
+    assert "model server: " in served.stdout and " forwards (" in served.stdout
+    for i, n in enumerate(LENGTHS):
+        sid = f"cam{i}"
+        assert [p["frame"] for p in served_events[sid]] == list(range(n))  # each frame once, in order
+        assert {p["stream_id"] for p in served_events[sid]} == {sid}
+        people = 0
+        for got, want in zip(served_events[sid], alone_events[sid], strict=True):
+            mine, reference = _objects(got), _objects(want)
+            assert [(label, track) for label, track, _ in mine] == [(label, track) for label, track, _ in reference]
+            for (_, _, box), (_, _, ref_box) in zip(mine, reference):
+                assert max(abs(a - b) for a, b in zip(box, ref_box)) < 0.5, (sid, got["frame"], box, ref_box)
+            people += len(mine)
+        assert people >= 2 * n  # vtest has people in every frame: the detector really ran
+
+
+def test_a_model_the_server_cannot_load_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"not an onnx model")
+    cfg = {"sources": [{"id": f"cam{i}", "test": "ball", "num-buffers": 30} for i in range(2)],
+           "infer": {"model": str(bad), "model-server": {}}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    run = subprocess.run([*CLI, str(path), "--workers", "2", "--console", "plain"], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert f"model server: cannot load {bad}" in run.stderr
+    assert "worker 0" not in run.stdout  # no worker was started
+
+
+def test_a_model_server_killed_mid_run_fails_the_streams_with_why(tmp_path: Path) -> None:
+    live = {"test": "ball", "num-buffers": 2000, "live": True, "framerate": 20, "width": 160, "height": 120}
+    cfg = {"sources": [{"id": f"cam{i}", **live} for i in range(2)], "infer": {**BLOBS, "model-server": {}}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--interval", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # frames are flowing through the server
+            if re.search(r"cam1 running [1-9]\d*f", line):
+                break
+        server = next(p for p in _children(proc.pid) if b"inferstream.model_server" in _cmdline(p))
+        os.kill(server, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert "model server killed by SIGKILL during the run" in out
+    for sid in ("cam0", "cam1"):
+        pattern = rf"^{sid}\s+failed .*the model server at .*model.sock closed the connection"
+        assert re.search(pattern, out, re.MULTILINE), out
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _cmdline(pid: int) -> bytes:
+    return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt: Path) -> None:
+    cfg = load_config({"sources": [{"test": "smpte"}] * 2,
+                       "infer": {"model": str(person_pt), "device": "cuda", "precision": "fp16", "graph": "off",
+                                 "trust-checkpoint": True, "confidence-threshold": 0.4,
+                                 "model-server": {"max-batch": 16, "delay-ms": 1.5}}})
+    command = server_command(cfg, Path("/run/x/model.sock"))
+    assert command[1:] == ["-m", "inferstream.model_server", "--listen", "/run/x/model.sock", "--max-batch", "16",
+                           "--delay-ms", "1.5", "--model", str(person_pt), "--device", "cuda", "--precision", "fp16",
+                           "--graph", "off", "--trust-checkpoint"]
+    worker = served_config(cfg, Path("/run/x/model.sock")).infer
+    assert worker.properties == {"model": "ipc:///run/x/model.sock", "device": "cuda", "confidence-threshold": 0.4}
+    assert worker.model_server is None  # a worker starts no server of its own
+    off = load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt), "model-server": False}})
+    assert off.infer.model_server is None
+    on = load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt), "model-server": True}})
+    assert on.infer.model_server is not None and on.infer.model_server.max_batch == 32
+
+
+def test_a_cluster_run_with_a_model_server_is_refused_before_it_starts() -> None:
+    from inferstream.app.cluster import run_cluster
+    from inferstream.errors import ConfigError
+
+    cfg = load_config({"sources": [{"test": "smpte"}] * 2, "infer": {**BLOBS, "model-server": {}}})
+    with pytest.raises(ConfigError, match="model-server serves the workers of one machine"):
+        run_cluster(cfg, "127.0.0.1:1", 2, lambda: pytest.fail("no console before the checks"))

@@ -1,0 +1,164 @@
+"""The model server (``inferstream.model_server``) and its client backend (``model=ipc://...``), run for real: a
+server process holding a real YOLO detector, clients in this process. The reference is the same model loaded
+here: a served batch gives its outputs, two workers' requests run as one forward with each worker getting its
+own frames' outputs back, and a missing, dying or broken server is a clear error, never a hang. On the GPU
+machine the same tests run on CUDA (the tensors then cross by CUDA IPC)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from inferstream.backends.base import Backend
+from inferstream.backends.loader import load_backend
+from inferstream.backends.served import ServedBackend
+from inferstream.errors import BackendInitError, InferenceServerError
+
+CARRIED = Path(__file__).resolve().parents[2] / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
+SIZE = 320  # the person detector takes any multiple of 32: small keeps a CPU forward short
+
+
+@pytest.fixture
+def detector(request: pytest.FixtureRequest, device: str) -> tuple[str, tuple[str, ...]]:
+    """The model and its loading options: the real person detector; on CUDA the carried YOLO11s when present
+    (the GPU machine's own model)."""
+    if device == "cuda" and CARRIED.is_file():
+        return str(CARRIED), ()
+    return str(request.getfixturevalue("person_pt")), ("--trust-checkpoint",)
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, model: str, device: str, *extra: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A model server on ``tmp_path/model.sock``, ready; stopped at the end."""
+    socket = tmp_path / "model.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "inferstream.model_server", "--listen", str(socket), "--model",
+                             model, "--device", device, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline()
+        assert '"ready"' in ready, proc.communicate(timeout=30)[1]
+        yield f"ipc://{socket}", proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def _stop(proc: subprocess.Popen[str]) -> dict[str, int]:
+    """Stop the server the way the app does (SIGTERM); its counts line."""
+    proc.terminate()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    return counts
+
+
+def _frames(n: int, seed: int, device: str) -> torch.Tensor:
+    """``n`` distinct letterboxed-looking frames: smooth blobs on grey padding, seeded."""
+    g = torch.Generator().manual_seed(seed)
+    low = torch.rand((n, 3, SIZE // 16, SIZE // 16), generator=g)
+    x = torch.nn.functional.interpolate(low, size=(SIZE, SIZE), mode="bilinear", align_corners=False)
+    x[:, :, : SIZE // 8] = 114 / 255
+    return x.to(device)
+
+
+def _local(model: str, device: str, trust: bool) -> Backend:
+    return load_backend(model, device=device, trust_checkpoint=trust)
+
+
+def _assert_same(served: list[torch.Tensor], local: list[torch.Tensor]) -> None:
+    assert [tuple(s.shape) for s in served] == [tuple(t.shape) for t in local]
+    for s, t in zip(served, local):
+        torch.testing.assert_close(s.float(), t.float(), atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_served_batch_gives_the_outputs_of_the_model_loaded_here(tmp_path: Path, device: str,
+                                                                  detector: tuple[str, tuple[str, ...]]) -> None:
+    model, options = detector
+    local = _local(model, device, bool(options))
+    with serving(tmp_path, model, device, *options) as (spec, proc):
+        served = load_backend(spec, device=device)
+        assert served.device.type == device and served.dtype == local.dtype and served.info == local.info
+        served.warmup(2, (SIZE, SIZE))
+        for n, seed in ((2, 1), (1, 2), (3, 3)):  # 3 > the registered 2: it registers again, larger
+            frames = _frames(n, seed, device).to(local.dtype)
+            out = served(frames)
+            assert all(o.device.type == device for o in out)
+            _assert_same(out, local(frames))
+        served.close()
+        assert _stop(proc) == {"forwards": 3, "frames": 6, "workers": 1}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_workers_requests_run_as_one_forward_each_getting_its_own_frames(
+        tmp_path: Path, device: str, detector: tuple[str, tuple[str, ...]]) -> None:
+    model, options = detector
+    local = _local(model, device, bool(options))
+    with serving(tmp_path, model, device, *options, "--delay-ms", "20000") as (spec, proc):
+        workers = [load_backend(spec, device=device) for _ in range(2)]
+        for w in workers:
+            w.warmup(2, (SIZE, SIZE))
+        frames = [_frames(2, 10 + k, device).to(local.dtype) for k in range(2)]
+        outputs: dict[int, list[torch.Tensor]] = {}
+
+        def ask(k: int) -> None:
+            outputs[k] = [o.clone() for o in workers[k](frames[k])]
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(2)]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert time.monotonic() - started < 20, "the server waited out its delay: it did not see both requests"
+        for k in range(2):
+            _assert_same(outputs[k], local(frames[k]))  # each worker's own frames, not the other's
+        assert not torch.equal(outputs[0][0], outputs[1][0])
+        for w in workers:
+            w.close()
+        assert _stop(proc) == {"forwards": 1, "frames": 4, "workers": 2}
+
+
+def test_no_server_at_the_socket_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendInitError, match="no model server at .*nothing.sock"):
+        load_backend(f"ipc://{tmp_path}/nothing.sock")
+    with pytest.raises(BackendInitError, match="ipc:///absolute"):
+        load_backend("ipc://relative.sock")
+
+
+def test_a_server_that_dies_is_an_error_naming_it_not_a_hang(tmp_path: Path, person_pt: Path) -> None:
+    with serving(tmp_path, str(person_pt), "cpu", "--trust-checkpoint") as (spec, proc):
+        served = load_backend(spec)
+        served.warmup(1, (SIZE, SIZE))
+        proc.kill()
+        proc.wait()
+        started = time.monotonic()
+        with pytest.raises(InferenceServerError, match="closed the connection: it stopped or died"):
+            served(_frames(1, 0, "cpu"))
+        assert time.monotonic() - started < 5
+
+
+def test_a_model_the_server_cannot_load_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"not an onnx model")
+    run = subprocess.run([sys.executable, "-m", "inferstream.model_server", "--listen", str(tmp_path / "m.sock"),
+                          "--model", str(bad)], capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith(f"model server: cannot load {bad}:") and len(run.stderr.splitlines()) == 1
+
+
+def test_a_client_on_another_device_than_the_server_is_refused(tmp_path: Path, person_pt: Path) -> None:
+    with serving(tmp_path, str(person_pt), "cpu", "--trust-checkpoint") as (spec, _), \
+            pytest.raises(BackendInitError, match="runs the model on cpu, not on cuda"):
+        ServedBackend(spec, torch.device("cuda"))
