@@ -1,3 +1,6 @@
+# The device call prepared for the model server (infer.model-server), not run yet: on the H200 machine, from the
+# repository root with .gpu-carry carried (bench/gpu/README.md): the CUDA tests of the served backend, then the app
+# with and without the server. Writes pytest.log, h.json / h.md (the app_workers tables) and runlogs.txt to $OUT.
 set -o pipefail; T0=$SECONDS
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
 python -m pip install -q --no-index --no-deps .gpu-carry/appwheels/*.whl .gpu-carry/wheels/py_spy-*.whl .gpu-carry/wheels/pyyaml-*.whl >/dev/null 2>&1; echo "prov $((SECONDS-T0)) s"

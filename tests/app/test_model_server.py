@@ -86,26 +86,48 @@ def test_a_model_the_server_cannot_load_fails_the_run_in_one_line(tmp_path: Path
     assert "worker 0" not in run.stdout  # no worker was started
 
 
-def test_a_model_server_killed_mid_run_fails_the_streams_with_why(tmp_path: Path) -> None:
-    live = {"test": "ball", "num-buffers": 2000, "live": True, "framerate": 20, "width": 160, "height": 120}
-    cfg = {"sources": [{"id": f"cam{i}", **live} for i in range(2)], "infer": {**BLOBS, "model-server": {}}}
+def _kill_the_server_mid_run(tmp_path: Path, restarts: int, frames: int) -> tuple[int, str, str]:
+    """A run of two live streams through the model server, whose server is SIGKILLed once frames flow."""
+    live = {"test": "smpte", "num-buffers": frames, "live": True, "framerate": 20, "width": 160, "height": 120}
+    cfg = {"sources": [{"id": f"cam{i}", **live} for i in range(2)], "infer": {**BLOBS, "model-server": {}},
+           "worker-restarts": restarts,
+           "messages": {"conv": {"schema": "inferstream-frame", "frame-interval": 1, "skip-empty": False},
+                        "broker": {"proto": "file", "conn-str": str(tmp_path / "{id}.jsonl")}}}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
     proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--interval", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
+        seen = []
         for line in proc.stdout:  # frames are flowing through the server
+            seen.append(line)
             if re.search(r"cam1 running [1-9]\d*f", line):
                 break
         server = next(p for p in _children(proc.pid) if b"inferstream.model_server" in _cmdline(p))
         os.kill(server, signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1 and "Traceback" not in err
-    assert "model server killed by SIGKILL during the run" in out
+    return proc.returncode, "".join(seen) + out, err
+
+
+def test_a_model_server_killed_mid_run_is_started_again_and_no_frame_is_lost(tmp_path: Path) -> None:
+    rc, out, err = _kill_the_server_mid_run(tmp_path, restarts=1, frames=160)
+    assert rc == 0 and "Traceback" not in err, (out, err)
+    assert "model server killed by SIGKILL during the run: starting it again" in out
+    for sid in ("cam0", "cam1"):
+        assert re.search(rf"^{sid}\s+done\s+160\b", out, re.MULTILINE), out
+        payloads = [yaml.safe_load(line) for line in (tmp_path / f"{sid}.jsonl").read_text().splitlines()]
+        assert [p["frame"] for p in payloads] == list(range(160))  # each frame once, in order
+        assert all(len(p["objects"]) == 3 for p in payloads)  # every frame inferred, before and after the restart
+
+
+def test_a_model_server_killed_with_no_restarts_left_fails_the_streams_with_why(tmp_path: Path) -> None:
+    rc, out, err = _kill_the_server_mid_run(tmp_path, restarts=0, frames=2000)
+    assert rc == 1 and "Traceback" not in err
+    assert "model server killed by SIGKILL during the run, no restarts left" in out
     for sid in ("cam0", "cam1"):
         pattern = rf"^{sid}\s+failed .*the model server at .*model.sock closed the connection"
         assert re.search(pattern, out, re.MULTILINE), out

@@ -149,6 +149,27 @@ def test_a_server_that_dies_is_an_error_naming_it_not_a_hang(tmp_path: Path, per
         assert time.monotonic() - started < 5
 
 
+def test_a_server_started_again_at_the_socket_gets_the_lost_batch(tmp_path: Path, person_pt: Path) -> None:
+    local = _local(str(person_pt), "cpu", True)
+    frames = _frames(2, 7, "cpu")
+    with serving(tmp_path, str(person_pt), "cpu", "--trust-checkpoint") as (spec, proc):
+        served = load_backend(f"{spec}?reconnect=60")
+        served.warmup(2, (SIZE, SIZE))
+        proc.kill()
+        proc.wait()
+        with serving(tmp_path, str(person_pt), "cpu", "--trust-checkpoint") as (_, again):
+            _assert_same(served(frames), local(frames))  # registered again, and the batch ran on the new server
+            served.close()
+            assert _stop(again) == {"forwards": 1, "frames": 2, "workers": 1}
+
+
+@pytest.mark.parametrize(("suffix", "why"), [("?reconnect=x", "reconnect is seconds"),
+                                             ("?retries=3", "unknown option"), ("?reconnect=-1", "0 to 3600")])
+def test_bad_socket_options_are_refused(tmp_path: Path, suffix: str, why: str) -> None:
+    with pytest.raises(BackendInitError, match=why):
+        load_backend(f"ipc://{tmp_path}/m.sock{suffix}")
+
+
 def test_a_model_the_server_cannot_load_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not an onnx model")

@@ -6,7 +6,9 @@ share of the streams; the model server runs the batches of all workers that are 
 starts it before the workers, in a private folder (its socket is the access control), waits for it to say it is
 ready, points every worker's pyinfer at it (``model=ipc://...``; the server applies the model, device, precision,
 backend and graph options) and stops it after the workers have ended. A server that cannot load the model fails
-the run with its own one line; one that dies during the run is said at once (the workers' batches then fail).
+the run with its own one line. One that ends during the run is said and started again (``worker-restarts``
+times): the workers wait for it at the socket and send it the batches it lost, so no frame is lost; with no
+restarts left the workers' batches fail.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from inferstream.app.signals import describe_exit
 
 READY_TIMEOUT_S: Final = 180.0  # loading a model (and torch) on a busy machine
 STOP_TIMEOUT_S: Final = 10.0
+RECONNECT_S: Final = 60.0  # how long workers wait for a server that ended, while it may be started again
 # pyinfer properties that the server applies; the workers' elements get the socket instead
 SERVER_OPTIONS: Final = ("model", "device", "precision", "backend", "graph", "trust-checkpoint")
 
@@ -49,11 +52,12 @@ def server_command(cfg: AppConfig, socket: Path) -> list[str]:
     return command
 
 
-def served_config(cfg: AppConfig, socket: Path) -> AppConfig:
-    """``cfg`` with its primary pyinfer pointed at the server's socket, without the options the server applies."""
+def served_config(cfg: AppConfig, socket: Path, reconnect_s: float = 0) -> AppConfig:
+    """``cfg`` with its primary pyinfer pointed at the server's socket (waiting ``reconnect_s`` for a server that
+    went away), without the options the server applies."""
     props = {k: v for k, v in cfg.infer.properties.items()
              if k.replace("_", "-") not in SERVER_OPTIONS or k.replace("_", "-") == "device"}
-    infer = type(cfg.infer).model_validate({**props, "model": f"ipc://{socket}", "instances": cfg.infer.instances,
+    infer = type(cfg.infer).model_validate({**props, "model": f"ipc://{socket}" + (f"?reconnect={reconnect_s:g}" if reconnect_s else ""), "instances": cfg.infer.instances,
                                             "secondary": cfg.infer.secondary})
     return cfg.model_copy(update={"infer": infer})
 
@@ -65,28 +69,94 @@ def model_server(cfg: AppConfig, say: Callable[[str], None]) -> Iterator[AppConf
         yield cfg
         return
     folder = Path(tempfile.mkdtemp(prefix="inferstream-server-"))  # mode 0700: only this user connects
-    socket = folder / "model.sock"
-    proc = subprocess.Popen(server_command(cfg, socket), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
-    stderr: deque[str] = deque(maxlen=20)
-    said: Queue[dict[str, Any] | None] = Queue()  # its JSON lines; None once its stdout ends
-    threading.Thread(target=_keep_tail, args=(proc.stderr, stderr), daemon=True, name="model-server-stderr").start()
-    threading.Thread(target=_read_lines, args=(proc.stdout, said), daemon=True, name="model-server-stdout").start()
-    stopping = threading.Event()
+    server = _Server(server_command(cfg, folder / "model.sock"), cfg.worker_restarts, say)
     try:
-        ready = _wait_ready(proc, said, stderr)
-        say(f"model server: {cfg.infer.properties.get('model')} on {ready.get('device')}, batches of up to "
+        device = server.start()
+        say(f"model server: {cfg.infer.properties.get('model')} on {device}, batches of up to "
             f"{cfg.infer.model_server.max_batch} frames from every worker")
-        threading.Thread(target=_watch, args=(proc, stopping, stderr, say), daemon=True,
-                         name="model-server-watch").start()
-        yield served_config(cfg, socket)
+        threading.Thread(target=server.watch, daemon=True, name="model-server-watch").start()
+        reconnect = RECONNECT_S if cfg.worker_restarts else 0
+        yield served_config(cfg, folder / "model.sock", reconnect)
     finally:
-        stopping.set()
-        counts = _stop(proc, said)
+        counts = server.stop()
         if counts.get("forwards"):
             say(f"model server: {counts['frames']} frames in {counts['forwards']} forwards "
                 f"({counts['frames'] / counts['forwards']:.1f} per forward)")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class _Server:
+    """The server process, started again (``restarts`` times) when it ends during the run."""
+
+    def __init__(self, command: list[str], restarts: int, say: Callable[[str], None]) -> None:
+        self.command, self.restarts_left, self.say = command, restarts, say
+        self.stopping = threading.Event()
+        self.stderr: deque[str] = deque(maxlen=20)
+        self.frames = self.forwards = 0  # the counts of the servers that ended before the last one
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.said: Queue[dict[str, Any] | None] = Queue()
+
+    def start(self) -> str:
+        """Start it and wait until it is ready; the device it runs on. RunError: it is not."""
+        self.said = Queue()  # its JSON lines; None once its stdout ends
+        self.proc = proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        threading.Thread(target=_keep_tail, args=(proc.stderr, self.stderr), daemon=True,
+                         name="model-server-stderr").start()
+        threading.Thread(target=_read_lines, args=(proc.stdout, self.said), daemon=True,
+                         name="model-server-stdout").start()
+        try:
+            message = self.said.get(timeout=READY_TIMEOUT_S)
+        except Empty:
+            proc.kill()
+            raise RunError(f"the model server was not ready in {READY_TIMEOUT_S:g} s") from None
+        if message is None or "ready" not in message:  # it ended before it was ready
+            proc.wait()
+            time.sleep(0.1)  # its last stderr lines
+            raise RunError(_last(self.stderr) or f"the model server {describe_exit(proc.returncode)} before it "
+                           "was ready")
+        return str(message.get("device"))
+
+    def watch(self) -> None:
+        """Until the run stops: a server that ends is said, and started again while restarts are left."""
+        while self.proc is not None:
+            rc = self.proc.wait()
+            if self.stopping.is_set():
+                return
+            how = describe_exit(rc, self.stderr)
+            if not self.restarts_left:
+                self.say(f"model server {how} during the run, no restarts left: the workers' batches fail")
+                return
+            self.restarts_left -= 1
+            self._count()
+            self.say(f"model server {how} during the run: starting it again (the workers wait for it)")
+            try:
+                self.start()
+            except RunError as exc:
+                self.say(f"model server could not be started again: {exc}")
+                return
+
+    def stop(self) -> dict[str, int]:
+        """Stop it; the frames and forwards of every server of the run."""
+        self.stopping.set()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self._count()
+        return {"frames": self.frames, "forwards": self.forwards}
+
+    def _count(self) -> None:
+        """Add the counts the ended server said (a killed one says none)."""
+        with contextlib.suppress(Empty):
+            while (message := self.said.get(timeout=1.0)) is not None:
+                if "forwards" in message:
+                    self.frames += int(message["frames"])
+                    self.forwards += int(message["forwards"])
 
 
 def _keep_tail(stream: IO[bytes], tail: deque[str]) -> None:
@@ -105,43 +175,6 @@ def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None]) -> None:
                 if isinstance(message, dict):
                     said.put(message)
     said.put(None)
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], said: Queue[dict[str, Any] | None], stderr: deque[str]
-                ) -> dict[str, Any]:
-    try:
-        message = said.get(timeout=READY_TIMEOUT_S)
-    except Empty:
-        proc.kill()
-        raise RunError(f"the model server was not ready in {READY_TIMEOUT_S:g} s") from None
-    if message is None or "ready" not in message:  # it ended before it was ready
-        proc.wait()
-        time.sleep(0.1)  # its last stderr lines
-        raise RunError(_last(stderr) or f"the model server exited with code {proc.returncode} before it was ready")
-    return message
-
-
-def _watch(proc: subprocess.Popen[bytes], stopping: threading.Event, stderr: deque[str],
-           say: Callable[[str], None]) -> None:
-    rc = proc.wait()
-    if not stopping.is_set():
-        say(f"model server {describe_exit(rc, stderr)} during the run: the workers' batches fail from here")
-
-
-def _stop(proc: subprocess.Popen[bytes], said: Queue[dict[str, Any] | None]) -> dict[str, Any]:
-    """Stop the server; its last line of counts, if it said one."""
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    counts: dict[str, Any] = {}
-    with contextlib.suppress(Empty):
-        while (message := said.get(timeout=1.0)) is not None:
-            counts = message if "forwards" in message else counts
-    return counts
 
 
 def _last(tail: deque[str]) -> str:

@@ -10,15 +10,18 @@ are views of the shared output tensors, valid until the next call, which the bat
 after the decoder that reads them.
 
 Never a hang: every answer has a deadline, and a server that died or stopped is an InferenceServerError
-naming the socket.
+naming the socket, at once or, with ``?reconnect=S``, once it has not come back at the socket within S seconds
+(a server that does come back gets the lost batch again).
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qs, urlsplit
 
 from inferstream.backends.base import ModelInfo
 from inferstream.errors import BackendInitError, InferenceServerError
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 CALL_TIMEOUT_S: Final = 30.0
+RECONNECT_S: Final = 0.0  # by default a server that went away is an error at once (the app asks for a wait)
 # registering a new input size captures the server's CUDA graphs for it: far longer than a call
 REGISTER_TIMEOUT_S: Final = 300.0
 
@@ -50,20 +54,44 @@ class SharedFile:
         return torch.from_file(self.path, shared=True, size=numel, dtype=dtype).view(self.shape)
 
 
-def socket_path(spec: str) -> str:
-    """The socket path of ``ipc:///path/model.sock``."""
-    return spec.partition("://")[2]
+def parse_spec(spec: str) -> tuple[str, float]:
+    """``ipc:///path/model.sock[?reconnect=S]`` -> (socket path, seconds to wait for a server that went away).
+
+    Raises:
+        BackendInitError: not an absolute socket path, or a bad option.
+    """
+    parts = urlsplit(spec)
+    options = parse_qs(parts.query)
+    if not parts.path or not Path(parts.path).is_absolute() or parts.netloc:
+        raise BackendInitError(f"{spec!r}: a model server is named by its socket, ipc:///absolute/path.sock")
+    unknown = set(options) - {"reconnect"}
+    if unknown:
+        raise BackendInitError(f"{spec!r}: unknown option(s) {sorted(unknown)}; the one option is reconnect=SECONDS")
+    try:
+        reconnect = float(options.get("reconnect", [RECONNECT_S])[-1])
+    except ValueError:
+        reconnect = -1.0
+    if not 0 <= reconnect <= 3600:
+        raise BackendInitError(f"{spec!r}: reconnect is seconds, 0 to 3600")
+    return parts.path, reconnect
+
+
+class ServerLostError(InferenceServerError):
+    """The connection to the model server broke: it stopped or died."""
 
 
 class ServedBackend:
-    """The Backend protocol over a model server's socket (see the module docstring)."""
+    """The Backend protocol over a model server's socket (see the module docstring).
+
+    A server that goes away (stopped, killed, crashed) is waited for ``reconnect`` seconds: a server started again
+    at the same socket (the app restarts it) gets this client's registration again and the batch that was lost, so
+    a restart costs a pause, not frames. Past that wait the call fails with the reason.
+    """
 
     def __init__(self, spec: str, device: torch.device | None = None) -> None:
         import torch
 
-        self.address = socket_path(spec)
-        if not self.address or not Path(self.address).is_absolute():
-            raise BackendInitError(f"{spec!r}: a model server is named by its socket, ipc:///absolute/path.sock")
+        self.address, self._reconnect_s = parse_spec(spec)
         try:
             self._conn: Connection = Client(self.address, family="AF_UNIX")
         except OSError as exc:
@@ -87,8 +115,8 @@ class ServedBackend:
                 raise InferenceServerError(f"the model server at {self.address} gave no answer in {timeout_s:g} s")
             answer: tuple[Any, ...] = self._conn.recv()
         except (EOFError, OSError) as exc:
-            raise InferenceServerError(f"the model server at {self.address} closed the connection: it stopped "
-                                       f"or died (its own error is in the run's log)") from exc
+            raise ServerLostError(f"the model server at {self.address} closed the connection: it stopped or died "
+                                  "(its own error is in the run's log)") from exc
         kind, *payload = answer
         if kind == "error":
             raise InferenceServerError(f"the model server at {self.address}: {payload[0]}")
@@ -100,7 +128,33 @@ class ServedBackend:
         self._input = _opened(shared_in)
         self._outputs = [_opened(t) for t in shared_out]
 
+    def _come_back(self, lost: ServerLostError) -> None:
+        """Connect to the server started again at the socket and register as before; ``lost`` past the wait."""
+        deadline = time.monotonic() + self._reconnect_s
+        self._conn.close()
+        while True:
+            try:
+                self._conn = Client(self.address, family="AF_UNIX")
+                info, served_on, _ = self._ask(("hello", os.getpid()), CALL_TIMEOUT_S)
+                break
+            except (OSError, ServerLostError):  # not listening yet, or gone again while it started
+                if time.monotonic() >= deadline:
+                    raise lost from None
+                time.sleep(0.2)
+        if info != self.info or served_on != str(self.device):
+            raise InferenceServerError(f"the model server at {self.address} came back with another model or "
+                                       "device")
+        if self._input is not None:
+            self._register(self._input.shape[0], *self._input.shape[2:])
+
     def __call__(self, batch: Tensor) -> list[Tensor]:
+        try:
+            return self._run(batch)
+        except ServerLostError as lost:
+            self._come_back(lost)
+            return self._run(batch)  # the lost batch, again: the new server has not seen it
+
+    def _run(self, batch: Tensor) -> list[Tensor]:
         import torch
 
         n, _, height, width = batch.shape
@@ -117,7 +171,11 @@ class ServedBackend:
 
     def warmup(self, batch_size: int, input_size: tuple[int, int]) -> None:
         """Register for the group's batch size: the server warms its model (and graphs) up for that size."""
-        self._register(batch_size, *input_size)
+        try:
+            self._register(batch_size, *input_size)
+        except ServerLostError as lost:
+            self._come_back(lost)
+            self._register(batch_size, *input_size)
 
     def close(self) -> None:
         self._input, self._outputs = None, []
