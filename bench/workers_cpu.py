@@ -1,6 +1,10 @@
 """What ``inferstream run --workers N`` gives on this machine: the same config with 1 and with N workers, side by side.
 
-    python bench/workers_cpu.py [--workers 1,2] [--streams 4] [--frames 300] [--repeats 2] [--only free|person]
+    python bench/workers_cpu.py [--workers 1,2,2s] [--streams 4] [--frames 300] [--repeats 2] [--only free|person]
+
+A count with ``s`` (``2s``) runs those workers with ``infer.model-server``: one more process holds the model and
+runs the waiting batches of all workers as one forward, instead of a copy of the model (and its thread pool) in
+each worker.
 
 Two workloads, each run through the real CLI (``inferstream run CONFIG --workers N``), the worker counts alternating
 so that a load change on a shared host hits both alike:
@@ -38,14 +42,15 @@ BENCH = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
 
 
-def config(workload: str, streams: int, frames: int) -> dict[str, Any]:
+def config(workload: str, streams: int, frames: int, server: bool = False) -> dict[str, Any]:
+    served: dict[str, Any] = {"model-server": {}} if server else {}
     if workload == "free":
         sources = [{"id": f"s{i}", "test": "ball", "num-buffers": frames, "width": 64, "height": 64}
                    for i in range(streams)]
         return {"sources": sources, "tracker": {},
-                "infer": {"model": "_free_model:make", "model-family": "yolo", "input-size": 64}}
+                "infer": {"model": "_free_model:make", "model-family": "yolo", "input-size": 64, **served}}
     sources = [{"id": f"s{i}", "file": "sample:vtest", "max-frames": frames} for i in range(streams)]
-    return {"sources": sources, "infer": {"model": "sample:person-detector"}}
+    return {"sources": sources, "infer": {"model": "sample:person-detector", **served}}
 
 
 def run(cfg_path: Path, workers: int, extra: Sequence[str] = (), env: Mapping[str, str] | None = None
@@ -77,28 +82,34 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", choices=("free", "person"))
     args = ap.parse_args()
-    counts = [int(n) for n in args.workers.split(",")]
+    counts = args.workers.split(",")  # "2": two workers, "2s": two workers on one model server
     print(f"host: {len(os.sched_getaffinity(0))} cores; {args.streams} streams x {args.frames} frames; "
           f"best of {args.repeats}, worker counts alternating\n")
-    print("| workload | workers | frames/s | vs 1 worker | wall s | host cores | CPU µs/frame after start-up |")
-    print("|---|---|---|---|---|---|---|")
+    print("| workload | workers | model server | frames/s | vs first | wall s | host cores | CPU µs/frame after "
+          "start-up |")
+    print("|---|---|---|---|---|---|---|---|")
     for workload in [args.only] if args.only else ["free", "person"]:
         with tempfile.TemporaryDirectory() as tmp:
-            path, startup = Path(tmp) / f"{workload}.yaml", Path(tmp) / f"{workload}-startup.yaml"
-            path.write_text(yaml.safe_dump(config(workload, args.streams, args.frames)))
-            startup.write_text(yaml.safe_dump(config(workload, args.streams, 1)))
-            best: dict[int, dict[str, float]] = {}
-            us: dict[int, list[float]] = {n: [] for n in counts}
+            paths = {}
+            for n in counts:
+                server = n.endswith("s")
+                paths[n] = Path(tmp) / f"{workload}-{n}.yaml", Path(tmp) / f"{workload}-{n}-startup.yaml"
+                paths[n][0].write_text(yaml.safe_dump(config(workload, args.streams, args.frames, server)))
+                paths[n][1].write_text(yaml.safe_dump(config(workload, args.streams, 1, server)))
+            best: dict[str, dict[str, float]] = {}
+            us: dict[str, list[float]] = {n: [] for n in counts}
             for _ in range(args.repeats):
                 for n in counts:
-                    r, base_cpu = run(path, n), run(startup, n)["cpu"]
+                    workers = int(n.removesuffix("s"))
+                    r, base_cpu = run(paths[n][0], workers), run(paths[n][1], workers)["cpu"]
                     us[n].append(1e6 * (r["cpu"] - base_cpu) / r["frames"])
                     if n not in best or r["fps"] > best[n]["fps"]:
                         best[n] = r
         base = best[counts[0]]["fps"]
         for n in counts:
             r = best[n]
-            print(f"| {workload} | {n} | {r['fps']:.1f} | {r['fps'] / base:.2f}x | {r['wall']:.1f} | "
+            print(f"| {workload} | {n.removesuffix('s')} | {'yes' if n.endswith('s') else 'no'} | {r['fps']:.1f} | "
+                  f"{r['fps'] / base:.2f}x | {r['wall']:.1f} | "
                   f"{r['cores']:.2f} | {statistics.median(us[n]):.0f} |", flush=True)
 
 

@@ -17,6 +17,7 @@ exit; SIGTERM or SIGINT stops it. A model that fails to load is one line on stde
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -48,6 +49,7 @@ class _Client:
     outputs: list[Tensor] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
     asked: int = 0  # frames of the request waiting to run, 0: none
+    asked_at: int = 0  # the request's number: the oldest run first
 
 
 class ModelServer:
@@ -64,6 +66,7 @@ class ModelServer:
         self._accept_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
+        self._requests = itertools.count()
         self._warm: dict[tuple[int, int], int] = {}  # (height, width): the batch warmed up for
         self._files = Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir="/dev/shm" if Path("/dev/shm").is_dir()
                                             else None))
@@ -132,7 +135,7 @@ class ModelServer:
             elif kind == "register":
                 self._send(client, ("slots", *self._register(client, *args)))
             elif kind == "run" and client.input is not None and 0 < args[0] <= client.shape[0]:
-                client.asked = int(args[0])
+                client.asked, client.asked_at = int(args[0]), next(self._requests)
             else:
                 why = f"unexpected request {kind!r} (register before run, at most the registered batch)"
                 self._send(client, ("error", why))
@@ -178,8 +181,8 @@ class ModelServer:
     def _run_batch(self) -> None:
         import torch
 
-        jobs: list[_Client] = []
-        for client in sorted((c for c in self._clients if c.asked), key=lambda c: c.shape[1:]):
+        jobs: list[_Client] = []  # the oldest requests first, of the oldest request's input size
+        for client in sorted((c for c in self._clients if c.asked), key=lambda c: c.asked_at):
             same = not jobs or client.shape[1:] == jobs[0].shape[1:]
             if same and (not jobs or sum(j.asked for j in jobs) + client.asked <= self.max_batch):
                 jobs.append(client)

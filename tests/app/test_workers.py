@@ -22,7 +22,7 @@ import yaml
 from app.media import BLOBS, CLIP_FRAMES, decoded_frames
 from inferstream.app import api
 from inferstream.app.config import load_config
-from inferstream.app.workers import auto_workers, shards, worker_count
+from inferstream.app.workers import auto_workers, shards, worker_count, worker_environment
 from inferstream.app.workerstats import merge_batches
 from inferstream.errors import ConfigError
 
@@ -245,6 +245,15 @@ def test_worker_count_auto_follows_device_sources_and_cores() -> None:
     for bad in (0, -1, "many", 2.5):
         with pytest.raises(ConfigError, match=f"workers: expected a whole number of at least 1, or auto .got {bad!r}"):
             worker_count(bad, cfg(2))  # type: ignore[arg-type]
+
+
+def test_cpu_workers_get_their_share_of_the_cores_as_threads() -> None:
+    def cfg(device: str) -> Any:
+        return load_config({"sources": [{"test": "ball"}] * 4, "infer": {**BLOBS, "device": device}})
+    assert worker_environment(cfg("cpu"), 2, cores=8, environ={})["OMP_NUM_THREADS"] == "4"
+    assert worker_environment(cfg("cpu"), 3, cores=2, environ={})["OMP_NUM_THREADS"] == "1"  # never 0
+    assert worker_environment(cfg("cpu"), 2, cores=8, environ={"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"
+    assert "OMP_NUM_THREADS" not in worker_environment(cfg("cuda"), 4, cores=16, environ={})  # host threads only
 
 
 def test_merge_batches_weights_means_by_what_they_average() -> None:

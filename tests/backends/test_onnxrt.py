@@ -155,3 +155,18 @@ def test_onnxrt_cuda_matches_cpu(yolo_files: dict[str, YoloFiles]) -> None:
     (out_gpu,) = gpu(x.cuda())
     assert out_gpu.device.type == "cuda"
     torch.testing.assert_close(out_gpu.cpu(), cpu(x)[0], atol=1e-2, rtol=1e-3)
+
+
+@pytest.mark.parametrize(("given", "threads"), [("3", 3), ("", None), ("0", None), ("x", None)])
+def test_onnxrt_session_threads_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch, person_onnx: Path,
+                                                        given: str, threads: int | None) -> None:
+    """The app gives each CPU worker its share of the cores in OMP_NUM_THREADS; ONNX Runtime takes it as torch
+    does. Unset or not a positive number: every CPU this process may use."""
+    import os
+
+    monkeypatch.setenv("OMP_NUM_THREADS", given)
+    backend = load_backend(str(person_onnx))
+    assert isinstance(backend, OnnxRuntimeBackend)
+    assert backend._session is not None
+    options = backend._session.get_session_options()
+    assert options.intra_op_num_threads == (threads or len(os.sched_getaffinity(0)))

@@ -57,6 +57,21 @@ def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
     return cuda_workers(len(cfg.sources), cores or cpu_cores())
 
 
+def worker_environment(cfg: AppConfig, workers: int, cores: int | None = None,
+                       environ: dict[str, str] | None = None) -> dict[str, str]:
+    """A worker's environment: on CPU, ``OMP_NUM_THREADS`` = its share of the cores (unless set already).
+
+    Each worker's torch (and ONNX Runtime) would otherwise start a thread per core, and idle OpenMP threads spin:
+    N workers on C cores ran N x C threads for C cores (2 workers of the free model on 2 cores: 664 against 3 961
+    frames/s with the share; ``BENCHMARKS.md``, *Worker processes*). A model server is not a worker: it keeps every
+    core for the one model.
+    """
+    env = dict(os.environ if environ is None else environ)
+    if not cfg.infer.device.startswith("cuda") and "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, (cores or cpu_cores()) // max(1, workers)))
+    return env
+
+
 def cuda_workers(sources: int, cores: int) -> int:
     """``auto_workers``' rule on CUDA, for ``sources`` sources on ``cores`` cores."""
     return max(1, min(sources, MAX_AUTO_CUDA, cores // CORES_PER_CUDA_WORKER))
@@ -174,7 +189,8 @@ class Supervisor:
         read_fd, write_fd = os.pipe()
         proc = subprocess.Popen([sys.executable, "-m", "inferstream.app.worker", str(write_fd)],
                                 stdin=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(write_fd,),
-                                start_new_session=True)  # the terminal's Ctrl-C reaches the parent only
+                                start_new_session=True,  # the terminal's Ctrl-C reaches the parent only
+                                env=worker_environment(self.cfg, len(self.workers)))
         os.close(write_fd)
         assert proc.stdin is not None and proc.stderr is not None
         proc.stdin.write(json.dumps({"plan": encode_plan(w.plan), "eos_timeout_s": self.eos_timeout_s}).encode())

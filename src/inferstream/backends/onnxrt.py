@@ -171,7 +171,11 @@ def _import_ort() -> Any:
 
 
 def _cores() -> int:
-    """CPUs this process may use (cgroup/affinity aware where the OS says so)."""
+    """The threads to use: ``OMP_NUM_THREADS`` when set (as torch does; the app gives each CPU worker its share of
+    the cores so), else the CPUs this process may use (cgroup/affinity aware where the OS says so)."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
