@@ -11,14 +11,16 @@ that worker's tensors, waits for the stream and answers ``("done",)``. It never 
 while a forward runs, and the next forward takes them all.
 
 The socket's folder is the access control (the app makes it private): whoever can connect can send pickles.
-Prints one JSON line ``{"ready": ...}`` once the model is loaded (the app waits for it) and one line of counts at
-exit; SIGTERM or SIGINT stops it. A model that fails to load is one line on stderr and exit code 2.
+Prints one JSON line ``{"ready": ...}`` once the model is loaded (the app waits for it), ``{"stats": ...}`` every
+second (forwards, frames, workers connected: the app's metrics) and one line of counts at exit; SIGTERM or SIGINT
+stops it. A model that fails to load is one line on stderr and exit code 2.
 """
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -30,9 +32,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.backends.served import SharedFile
+
+STATS_EVERY_S: Final = 1.0
 
 if TYPE_CHECKING:
     import torch
@@ -68,24 +72,35 @@ class ModelServer:
         self._stopping = False
         self._requests = itertools.count()
         self._warm: dict[tuple[int, int], int] = {}  # (height, width): the batch warmed up for
-        self._files = Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir="/dev/shm" if Path("/dev/shm").is_dir()
-                                            else None))
+        # CPU tensors live in files both processes map: in memory (/dev/shm) when it has room, else the temp folder
+        self._folders = [Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir=d))
+                         for d in (("/dev/shm",) if Path("/dev/shm").is_dir() else ()) + (None,)]
         self.forwards = self.frames = self.served = 0
 
     # the loop ----------------------------------------------------------------------------------------------
     def serve(self, listener: Listener) -> None:
         threading.Thread(target=self._accept, args=(listener,), daemon=True, name="model-server-accept").start()
+        said = time.monotonic()
         try:
             while not self._stopping:
-                self._read(wait([c.conn for c in self._clients] + [self._wake_r], timeout=1.0))
+                self._read(wait([c.conn for c in self._clients] + [self._wake_r], timeout=STATS_EVERY_S))
                 if any(c.asked for c in self._clients):
                     self._linger()
                     self._run_batch()
+                if time.monotonic() - said >= STATS_EVERY_S:  # for the app's metrics
+                    said = time.monotonic()
+                    print(json.dumps({"stats": {"forwards": self.forwards, "frames": self.frames,
+                                                "workers": len(self._clients)}}), flush=True)
         finally:
             listener.close()
-            for client in list(self._clients):
-                self._drop(client)
-            shutil.rmtree(self._files, ignore_errors=True)
+            self.close()
+
+    def close(self) -> None:
+        """Let every worker go and remove the shared files."""
+        for client in list(self._clients):
+            self._drop(client)
+        for folder in self._folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def stop(self) -> None:
         """Ask the loop to end (safe from a signal handler)."""
@@ -172,7 +187,11 @@ class ModelServer:
         if self.backend.device.type == "cuda":
             tensor = torch.zeros(shape, dtype=dtype, device=self.backend.device)
             return tensor, tensor
-        path = self._files / f"{id(client):x}-{len(client.files)}"
+        size = dtype.itemsize * math.prod(shape)
+        folder = next((f for f in self._folders if _free_bytes(f) > 2 * size), None)
+        if folder is None:  # a full tmpfs would kill both processes with SIGBUS when the pages are touched
+            raise OSError(f"no room for a {size / 1e6:.0f} MB shared tensor in {' or '.join(map(str, self._folders))}")
+        path = folder / f"{id(client):x}-{len(client.files)}"
         client.files.append(path)
         shared = SharedFile(str(path), shape, str(dtype).removeprefix("torch."))
         return shared.open(), shared
@@ -225,6 +244,11 @@ class ModelServer:
         for path in client.files:
             path.unlink(missing_ok=True)
         client.files.clear()
+
+
+def _free_bytes(folder: Path) -> int:
+    stat = os.statvfs(folder)
+    return stat.f_bavail * stat.f_frsize
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -133,6 +133,37 @@ def test_a_model_server_killed_with_no_restarts_left_fails_the_streams_with_why(
         assert re.search(pattern, out, re.MULTILINE), out
 
 
+def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path) -> None:
+    import time
+    import urllib.request
+
+    live = {"test": "smpte", "num-buffers": 400, "live": True, "framerate": 20, "width": 160, "height": 120}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"sources": [{"id": f"cam{i}", **live} for i in range(2)],
+                                    "infer": {**BLOBS, "model-server": {}}}))
+    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--metrics-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = next(line.split()[-1] for line in proc.stdout if line.startswith("metrics: "))
+        deadline, text = time.monotonic() + 60, ""
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                text = reply.read().decode()
+            found = dict(re.findall(r"^inferstream_(model_server_\w+) (\S+)$", text, re.MULTILINE))
+            if float(found.get("model_server_frames_total", 0)) >= 40 and found.get("model_server_workers") == "2":
+                break
+            time.sleep(0.3)
+        assert found["model_server_up"] == "1" and found["model_server_restarts_total"] == "0", text
+        assert float(found["model_server_forwards_total"]) >= 20 and found["model_server_workers"] == "2", text
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def _children(pid: int) -> list[int]:
     return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 

@@ -183,3 +183,25 @@ def test_a_client_on_another_device_than_the_server_is_refused(tmp_path: Path, p
     with serving(tmp_path, str(person_pt), "cpu", "--trust-checkpoint") as (spec, _), \
             pytest.raises(BackendInitError, match="runs the model on cpu, not on cuda"):
         ServedBackend(spec, torch.device("cuda"))
+
+
+def test_no_room_for_the_shared_tensors_is_that_workers_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full /dev/shm would kill both processes with SIGBUS once the pages of a mapped file are touched: the server
+    refuses the registration instead, and the worker hears why."""
+    from multiprocessing import Pipe
+
+    from inferstream import model_server
+
+    server = model_server.ModelServer(load_backend("blobs:color_blob_detector"))
+    here, there = Pipe()
+    client = model_server._Client(there)
+    monkeypatch.setattr(model_server, "_free_bytes", lambda _folder: 1000)
+    server._handle(client, ("register", 2, 64, 64))
+    kind, why = here.recv()
+    assert kind == "error" and why.startswith("OSError: no room for a ") and "inferstream-slots-" in why
+    monkeypatch.undo()
+    server._handle(client, ("register", 2, 64, 64))
+    kind, shared_in, shared_out = here.recv()
+    assert kind == "slots" and shared_in.shape == (2, 3, 64, 64) and len(shared_out) == 1
+    server.close()
+    assert not any(folder.exists() for folder in server._folders)

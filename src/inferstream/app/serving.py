@@ -27,6 +27,7 @@ from queue import Empty, Queue
 from typing import IO, Any, Final
 
 from inferstream.app.config import AppConfig
+from inferstream.app.metrics import metric_lines
 from inferstream.app.runner import RunError
 from inferstream.app.signals import describe_exit
 
@@ -63,10 +64,11 @@ def served_config(cfg: AppConfig, socket: Path, reconnect_s: float = 0) -> AppCo
 
 
 @contextlib.contextmanager
-def model_server(cfg: AppConfig, say: Callable[[str], None]) -> Iterator[AppConfig]:
-    """Run the block with ``cfg``'s model server up (the config the workers get is yielded), or as it is."""
+def model_server(cfg: AppConfig, say: Callable[[str], None]) -> Iterator[tuple[AppConfig, Callable[[], str]]]:
+    """Run the block with ``cfg``'s model server up, or as it is. Yields the config the workers get and the
+    server's metrics in the Prometheus text format (empty without a server)."""
     if cfg.infer.model_server is None:
-        yield cfg
+        yield cfg, str
         return
     folder = Path(tempfile.mkdtemp(prefix="inferstream-server-"))  # mode 0700: only this user connects
     server = _Server(server_command(cfg, folder / "model.sock"), cfg.worker_restarts, say)
@@ -76,7 +78,7 @@ def model_server(cfg: AppConfig, say: Callable[[str], None]) -> Iterator[AppConf
             f"{cfg.infer.model_server.max_batch} frames from every worker")
         threading.Thread(target=server.watch, daemon=True, name="model-server-watch").start()
         reconnect = RECONNECT_S if cfg.worker_restarts else 0
-        yield served_config(cfg, folder / "model.sock", reconnect)
+        yield served_config(cfg, folder / "model.sock", reconnect), server.metrics
     finally:
         counts = server.stop()
         if counts.get("forwards"):
@@ -93,6 +95,8 @@ class _Server:
         self.stopping = threading.Event()
         self.stderr: deque[str] = deque(maxlen=20)
         self.frames = self.forwards = 0  # the counts of the servers that ended before the last one
+        self.live: dict[str, int] = {}  # the running server's last stats line
+        self.restarts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.said: Queue[dict[str, Any] | None] = Queue()
 
@@ -103,7 +107,8 @@ class _Server:
         assert proc.stdout is not None and proc.stderr is not None
         threading.Thread(target=_keep_tail, args=(proc.stderr, self.stderr), daemon=True,
                          name="model-server-stderr").start()
-        threading.Thread(target=_read_lines, args=(proc.stdout, self.said), daemon=True,
+        self.live = {}
+        threading.Thread(target=_read_lines, args=(proc.stdout, self.said, self), daemon=True,
                          name="model-server-stdout").start()
         try:
             message = self.said.get(timeout=READY_TIMEOUT_S)
@@ -128,6 +133,7 @@ class _Server:
                 self.say(f"model server {how} during the run, no restarts left: the workers' batches fail")
                 return
             self.restarts_left -= 1
+            self.restarts += 1
             self._count()
             self.say(f"model server {how} during the run: starting it again (the workers wait for it)")
             try:
@@ -150,6 +156,22 @@ class _Server:
             self._count()
         return {"frames": self.frames, "forwards": self.forwards}
 
+    def metrics(self) -> str:
+        """The server's health and counts, in the Prometheus text format."""
+        up = float(self.proc is not None and self.proc.poll() is None)
+        live = self.live if up else {}
+        return "\n".join([
+            *metric_lines("model_server_up", "gauge", "1 while the model server runs", [("", up)]),
+            *metric_lines("model_server_restarts_total", "counter", "Times the model server was started again",
+                          [("", self.restarts)]),
+            *metric_lines("model_server_forwards_total", "counter", "Forwards the model server ran (every batch of "
+                          "every worker that waited went into one)", [("", self.forwards + live.get("forwards", 0))]),
+            *metric_lines("model_server_frames_total", "counter", "Frames through the model server",
+                          [("", self.frames + live.get("frames", 0))]),
+            *metric_lines("model_server_workers", "gauge", "Batch-groups connected to the model server",
+                          [("", live.get("workers", 0))]),
+        ]) + "\n"
+
     def _count(self) -> None:
         """Add the counts the ended server said (a killed one says none)."""
         with contextlib.suppress(Empty):
@@ -167,12 +189,15 @@ def _keep_tail(stream: IO[bytes], tail: deque[str]) -> None:
             print(line, file=sys.stderr)  # the server's own messages, as a worker's
 
 
-def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None]) -> None:
+def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None], server: _Server) -> None:
+    """The server's JSON lines: its stats go to ``server.live``, the rest to ``said``; None at its end."""
     with stream:
         for line in stream:
             with contextlib.suppress(ValueError):
                 message = json.loads(line)
-                if isinstance(message, dict):
+                if isinstance(message, dict) and isinstance(message.get("stats"), dict):
+                    server.live = message["stats"]
+                elif isinstance(message, dict):
                     said.put(message)
     said.put(None)
 

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from queue import Empty, Queue
 from typing import IO, Any, Final, Protocol
@@ -163,8 +163,10 @@ class Supervisor:
     """Start the workers, relay their reports to one console and endpoint, restart or fail the ones that die."""
 
     def __init__(self, cfg: AppConfig, n_workers: int, console: Console, metrics_port: int | None = None,
-                 eos_timeout_s: float = 10.0) -> None:
+                 eos_timeout_s: float = 10.0, extra_metrics: Callable[[], str] = str) -> None:
+        """``extra_metrics``: more Prometheus text for the endpoint (the model server's)."""
         self.cfg, self.console, self.metrics_port, self.eos_timeout_s = cfg, console, metrics_port, eos_timeout_s
+        self.extra_metrics = extra_metrics
         self.workers = [_Worker(i, build_plan(cfg, shard), shard)
                         for i, shard in enumerate(shards(len(cfg.sources), n_workers))]
         self.order = cfg.stream_ids()
@@ -243,7 +245,7 @@ class Supervisor:
             self._signals.restore()
             final = self.snapshot()
             if self.metrics is not None:
-                self.metrics.publish(final, worker_metrics(self.workers, self.order))
+                self.metrics.publish(final, worker_metrics(self.workers, self.order) + self.extra_metrics())
                 self.metrics.close()
             self.console.message("workers: " + "; ".join(map(health, self.workers)),
                                  error=any(w.causes or w.fatal for w in self.workers))
@@ -286,7 +288,7 @@ class Supervisor:
             snap = self.snapshot()
             self.console.update(snap)
             if self.metrics is not None:
-                self.metrics.publish(snap, worker_metrics(self.workers, self.order))
+                self.metrics.publish(snap, worker_metrics(self.workers, self.order) + self.extra_metrics())
 
     def _forward_interrupt(self) -> None:
         self._forwarded = self._interrupts
@@ -420,7 +422,7 @@ def run_config(cfg: AppConfig, workers: tuple[int, str | None], console: Console
     if processes == 1:
         return Runner(plan or build_plan(cfg), console, metrics_port, eos_timeout_s, frame_hooks).run()
     with cuda_mps(cfg.mps, processes, cfg.infer.device, console.message), \
-            model_server(cfg, console.message) as served:
+            model_server(cfg, console.message) as (served, server_metrics):
         if n > 1:
-            return Supervisor(served, n, console, metrics_port, eos_timeout_s).run()
+            return Supervisor(served, n, console, metrics_port, eos_timeout_s, server_metrics).run()
         return Runner(build_plan(served), console, metrics_port, eos_timeout_s, frame_hooks).run()
