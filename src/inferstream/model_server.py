@@ -13,11 +13,13 @@ while a forward runs, and the next forward takes them all.
 The socket's folder is the access control (the app makes it private): whoever can connect can send pickles.
 Prints one JSON line ``{"ready": ...}`` once the model is loaded (the app waits for it), ``{"stats": ...}`` every
 second (forwards, frames, workers connected: the app's metrics) and one line of counts at exit; SIGTERM or SIGINT
-stops it. A model that fails to load is one line on stderr and exit code 2.
+stops it. With ``--die-with-parent`` (the app's server) the death of the app makes it serve its workers until they
+have finished their streams and gone, then end: it is never left running. A model that fails to load is one line on stderr and exit code 2.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -28,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener, wait
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 from inferstream.backends.served import SharedFile
 
 STATS_EVERY_S: Final = 1.0
+DRAIN_S: Final = 60.0
 
 if TYPE_CHECKING:
     import torch
@@ -70,6 +72,7 @@ class ModelServer:
         self._accept_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
+        self._drain_until = 0.0  # once the parent died: when to end even with workers left
         self._requests = itertools.count()
         self._warm: dict[tuple[int, int], int] = {}  # (height, width): the batch warmed up for
         # CPU tensors live in files both processes map: in memory (/dev/shm) when it has room, else the temp folder
@@ -87,10 +90,11 @@ class ModelServer:
                 if any(c.asked for c in self._clients):
                     self._linger()
                     self._run_batch()
+                if self._drain_until and (not self._clients or time.monotonic() > self._drain_until):
+                    break  # the app is gone and so are its workers (or they had their time)
                 if time.monotonic() - said >= STATS_EVERY_S:  # for the app's metrics
                     said = time.monotonic()
-                    print(json.dumps({"stats": {"forwards": self.forwards, "frames": self.frames,
-                                                "workers": len(self._clients)}}), flush=True)
+                    say({"stats": {"forwards": self.forwards, "frames": self.frames, "workers": len(self._clients)}})
         finally:
             listener.close()
             self.close()
@@ -106,6 +110,15 @@ class ModelServer:
         """Ask the loop to end (safe from a signal handler)."""
         self._stopping = True
         os.write(self._wake_w, b"x")
+
+    def drain(self) -> None:
+        """End once every worker has gone, or after ``DRAIN_S`` (safe from a signal handler): the app that started
+        the server died, and its workers are finishing their streams, which needs their last batches."""
+        self._drain_until = time.monotonic() + DRAIN_S
+        for stream in (sys.stdout, sys.stderr):  # the app read them: a write now would fail the server
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        os.write(self._wake_w, b"d")
 
     def _accept(self, listener: Listener) -> None:
         while not self._stopping:
@@ -206,7 +219,7 @@ class ModelServer:
             if same and (not jobs or sum(j.asked for j in jobs) + client.asked <= self.max_batch):
                 jobs.append(client)
         try:
-            with torch.inference_mode(), torch.cuda.stream(self._stream) if self._stream else nullcontext():
+            with torch.inference_mode(), torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext():
                 parts = [j.input[:j.asked] for j in jobs if j.input is not None]
                 outputs = self.backend(parts[0] if len(parts) == 1 else torch.cat(parts))
                 start = 0
@@ -246,6 +259,15 @@ class ModelServer:
         client.files.clear()
 
 
+def say(message: dict[str, Any]) -> None:
+    """One JSON line on stdout; nothing once nobody reads it (the app died: its workers are still served)."""
+    try:
+        print(json.dumps(message), flush=True)
+    except (BrokenPipeError, ValueError):
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _free_bytes(folder: Path) -> int:
     stat = os.statvfs(folder)
     return stat.f_bavail * stat.f_frsize
@@ -265,7 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trust-checkpoint", action="store_true")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--die-with-parent", action="store_true", help="when the process that started it dies, end "
+                    "once its workers are gone (the app's own server)")
     args = ap.parse_args(argv)
+    if args.die_with_parent:  # the workers finish their streams when the app dies: serve them until they are gone
+        from inferstream.native.process import die_with_parent
+
+        die_with_parent(signal.SIGUSR1)
     try:
         backend = load_backend(args.model, device=args.device, precision=args.precision, backend=args.backend,
                                trust_checkpoint=args.trust_checkpoint, graph=args.graph)
@@ -277,9 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     listener = Listener(args.listen, family="AF_UNIX")
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server.stop())
-    print(json.dumps({"ready": args.listen, "device": str(backend.device)}), flush=True)
+    signal.signal(signal.SIGUSR1, lambda *_: server.drain())
+    say({"ready": args.listen, "device": str(backend.device)})
     server.serve(listener)
-    print(json.dumps({"forwards": server.forwards, "frames": server.frames, "workers": server.served}), flush=True)
+    say({"forwards": server.forwards, "frames": server.frames, "workers": server.served})
     backend.close()
     return 0
 

@@ -133,6 +133,71 @@ def test_a_model_server_killed_with_no_restarts_left_fails_the_streams_with_why(
         assert re.search(pattern, out, re.MULTILINE), out
 
 
+def test_ctrl_c_in_the_terminal_finishes_every_stream_before_the_server_stops(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C goes to the whole foreground process group: the server must not stop before the workers'
+    last batches (it has a session of its own, and the app stops it after the workers)."""
+    live = {"test": "smpte", "num-buffers": 2000, "live": True, "framerate": 20, "width": 160, "height": 120}
+    cfg = {"sources": [{"id": f"cam{i}", **live} for i in range(2)], "infer": {**BLOBS, "model-server": {}},
+           "messages": {"conv": {"schema": "inferstream-frame", "frame-interval": 1, "skip-empty": False},
+                        "broker": {"proto": "file", "conn-str": str(tmp_path / "{id}.jsonl")}}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--interval", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if re.search(r"cam1 running [1-9]\d*f", line):
+                break
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(seen) + out
+    assert proc.returncode == 130 and "Traceback" not in err, (out, err)
+    assert "during the run" not in out  # the server was not stopped under the workers
+    for sid in ("cam0", "cam1"):
+        payloads = [yaml.safe_load(line) for line in (tmp_path / f"{sid}.jsonl").read_text().splitlines()]
+        assert payloads and [p["frame"] for p in payloads] == list(range(len(payloads)))
+        assert all(len(p["objects"]) == 3 for p in payloads)  # every frame accepted was inferred
+
+
+def test_the_model_server_does_not_outlive_a_killed_app(tmp_path: Path) -> None:
+    import time
+
+    live = {"test": "smpte", "num-buffers": 2000, "live": True, "framerate": 20, "width": 160, "height": 120}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"sources": [{"id": f"cam{i}", **live} for i in range(2)],
+                                    "infer": {**BLOBS, "model-server": {}}}))
+    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--interval", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if re.search(r"cam1 running [1-9]\d*f", line):
+                break
+        server = next(p for p in _children(proc.pid) if b"inferstream.model_server" in _cmdline(p))
+        proc.kill()
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{server}").exists() and b"inferstream.model_server" in _cmdline_or_empty(server):
+            assert time.monotonic() < deadline, "the model server outlived the app"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _cmdline_or_empty(pid: int) -> bytes:
+    try:
+        return _cmdline(pid)
+    except OSError:
+        return b""
+
+
 def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path) -> None:
     import time
     import urllib.request
@@ -178,7 +243,8 @@ def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt:
                                  "trust-checkpoint": True, "confidence-threshold": 0.4,
                                  "model-server": {"max-batch": 16, "delay-ms": 1.5}}})
     command = server_command(cfg, Path("/run/x/model.sock"))
-    assert command[1:] == ["-m", "inferstream.model_server", "--listen", "/run/x/model.sock", "--max-batch", "16",
+    assert command[1:] == ["-m", "inferstream.model_server", "--listen", "/run/x/model.sock", "--die-with-parent",
+                           "--max-batch", "16",
                            "--delay-ms", "1.5", "--model", str(person_pt), "--device", "cuda", "--precision", "fp16",
                            "--graph", "off", "--trust-checkpoint"]
     worker = served_config(cfg, Path("/run/x/model.sock")).infer

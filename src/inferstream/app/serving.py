@@ -42,7 +42,7 @@ def server_command(cfg: AppConfig, socket: Path) -> list[str]:
     """The ``python -m inferstream.model_server`` command line for ``cfg``'s primary model."""
     assert cfg.infer.model_server is not None
     props = {k.replace("_", "-"): v for k, v in cfg.infer.properties.items()}
-    command = [sys.executable, "-m", "inferstream.model_server", "--listen", str(socket),
+    command = [sys.executable, "-m", "inferstream.model_server", "--listen", str(socket), "--die-with-parent",
                "--max-batch", str(cfg.infer.model_server.max_batch),
                "--delay-ms", str(cfg.infer.model_server.delay_ms)]
     for key in SERVER_OPTIONS:
@@ -58,7 +58,8 @@ def served_config(cfg: AppConfig, socket: Path, reconnect_s: float = 0) -> AppCo
     went away), without the options the server applies."""
     props = {k: v for k, v in cfg.infer.properties.items()
              if k.replace("_", "-") not in SERVER_OPTIONS or k.replace("_", "-") == "device"}
-    infer = type(cfg.infer).model_validate({**props, "model": f"ipc://{socket}" + (f"?reconnect={reconnect_s:g}" if reconnect_s else ""), "instances": cfg.infer.instances,
+    spec = f"ipc://{socket}" + (f"?reconnect={reconnect_s:g}" if reconnect_s else "")
+    infer = type(cfg.infer).model_validate({**props, "model": spec, "instances": cfg.infer.instances,
                                             "secondary": cfg.infer.secondary})
     return cfg.model_copy(update={"infer": infer})
 
@@ -103,7 +104,9 @@ class _Server:
     def start(self) -> str:
         """Start it and wait until it is ready; the device it runs on. RunError: it is not."""
         self.said = Queue()  # its JSON lines; None once its stdout ends
-        self.proc = proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # its own session: a Ctrl-C in the terminal reaches the parent only, which stops the server after the workers
+        self.proc = proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            start_new_session=True)
         assert proc.stdout is not None and proc.stderr is not None
         threading.Thread(target=_keep_tail, args=(proc.stderr, self.stderr), daemon=True,
                          name="model-server-stderr").start()

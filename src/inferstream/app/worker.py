@@ -17,7 +17,6 @@ files are finished even then.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import os
@@ -29,12 +28,12 @@ from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from inferstream.app.metrics import Snapshot, StreamView
+from inferstream.native.process import die_with_parent
 
 if TYPE_CHECKING:
     from inferstream.app.pipeline import Plan
     from inferstream.app.runner import Runner
 
-PR_SET_PDEATHSIG: Final = 1
 SNAPSHOT_EVERY_S: Final = 0.25
 
 
@@ -111,14 +110,6 @@ def report_run(runner: Runner, console: ReportConsole) -> int:
     return code
 
 
-def _die_with_parent() -> None:
-    """SIGINT (finish the files) when the parent dies; Linux only, elsewhere the parent's pipe closing is all."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
-    except (OSError, AttributeError):
-        pass
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     runner: Runner | None = None
@@ -130,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             runner.interrupt()
     signal.signal(signal.SIGINT, on_sigint)
-    _die_with_parent()
+    die_with_parent(signal.SIGINT)  # it finishes its files when the parent dies
     with os.fdopen(int(args[0]), "w") as out:
         console = ReportConsole(pipe_sender(out))
         console.send(ready=os.getpid())
