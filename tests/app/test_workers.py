@@ -162,7 +162,7 @@ def test_workers_finish_their_mp4s_when_the_parent_is_killed(tmp_path: Path) -> 
            "infer": BLOBS, "sink": {"type": "file", "path": str(tmp_path / "{id}.mp4")}}
     with _running(_config(tmp_path, cfg), "--workers", "2") as (proc, pids, url):
         _wait_frames(url, ["cam0", "cam1"], 10)
-        proc.kill()  # SIGKILL: the parent cannot forward anything; the kernel tells the workers (SIGINT)
+        proc.kill()  # SIGKILL: the parent cannot forward anything; the kernel tells the workers (SIGUSR2)
         proc.communicate(timeout=30)
     deadline = time.monotonic() + 60
     while any(map(_alive, pids.values())) and time.monotonic() < deadline:
