@@ -86,31 +86,53 @@ def test_a_model_the_server_cannot_load_fails_the_run_in_one_line(tmp_path: Path
     assert "worker 0" not in run.stdout  # no worker was started
 
 
-def _kill_the_server_mid_run(tmp_path: Path, restarts: int, frames: int) -> tuple[int, str, str]:
-    """A run of two live streams through the model server, whose server is SIGKILLed once frames flow."""
-    live = {"test": "smpte", "num-buffers": frames, "live": True, "framerate": 20, "width": 160, "height": 120}
-    cfg = {"sources": [{"id": f"cam{i}", **live} for i in range(2)], "infer": {**BLOBS, "model-server": {}},
-           "worker-restarts": restarts,
-           "messages": {"conv": {"schema": "inferstream-frame", "frame-interval": 1, "skip-empty": False},
-                        "broker": {"proto": "file", "conn-str": str(tmp_path / "{id}.jsonl")}}}
+def _start_live(tmp_path: Path, buffers: int, *args: str, restarts: int | None = None, messages: bool = False,
+                new_session: bool = False) -> subprocess.Popen[str]:
+    """``inferstream run --workers 2`` of two live smpte streams (20 fps) through a model server."""
+    live = {"test": "smpte", "num-buffers": buffers, "live": True, "framerate": 20, "width": 160, "height": 120}
+    cfg: dict[str, Any] = {"sources": [{"id": f"cam{i}", **live} for i in range(2)],
+                           "infer": {**BLOBS, "model-server": {}}}
+    if restarts is not None:
+        cfg["worker-restarts"] = restarts
+    if messages:
+        cfg["messages"] = {"conv": {"schema": "inferstream-frame", "frame-interval": 1, "skip-empty": False},
+                           "broker": {"proto": "file", "conn-str": str(tmp_path / "{id}.jsonl")}}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--interval", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=new_session)
+
+
+def _until_frames_flow(proc: subprocess.Popen[str]) -> list[str]:
+    """The console lines up to the first one that shows frames through the server on both streams."""
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if re.search(r"cam1 running [1-9]\d*f", line):
+            break
+    return seen
+
+
+def _server_pid(app: int) -> int:
+    return next(p for p in _children(app) if b"inferstream.model_server" in _cmdline(p))
+
+
+def _kill_the_server_mid_run(tmp_path: Path, restarts: int, frames: int) -> tuple[int, str, str]:
+    """A run whose server is SIGKILLed once frames flow: (exit code, console, stderr)."""
+    proc = _start_live(tmp_path, frames, "--interval", "0.5", restarts=restarts, messages=True)
     try:
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:  # frames are flowing through the server
-            seen.append(line)
-            if re.search(r"cam1 running [1-9]\d*f", line):
-                break
-        server = next(p for p in _children(proc.pid) if b"inferstream.model_server" in _cmdline(p))
-        os.kill(server, signal.SIGKILL)
+        seen = _until_frames_flow(proc)
+        os.kill(_server_pid(proc.pid), signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     return proc.returncode, "".join(seen) + out, err
+
+
+def _events(tmp_path: Path, sid: str) -> list[dict[str, Any]]:
+    return [yaml.safe_load(line) for line in (tmp_path / f"{sid}.jsonl").read_text().splitlines()]
 
 
 def test_a_model_server_killed_mid_run_is_started_again_and_no_frame_is_lost(tmp_path: Path) -> None:
@@ -119,7 +141,7 @@ def test_a_model_server_killed_mid_run_is_started_again_and_no_frame_is_lost(tmp
     assert "model server killed by SIGKILL during the run: starting it again" in out
     for sid in ("cam0", "cam1"):
         assert re.search(rf"^{sid}\s+done\s+160\b", out, re.MULTILINE), out
-        payloads = [yaml.safe_load(line) for line in (tmp_path / f"{sid}.jsonl").read_text().splitlines()]
+        payloads = _events(tmp_path, sid)
         assert [p["frame"] for p in payloads] == list(range(160))  # each frame once, in order
         assert all(len(p["objects"]) == 3 for p in payloads)  # every frame inferred, before and after the restart
 
@@ -136,21 +158,9 @@ def test_a_model_server_killed_with_no_restarts_left_fails_the_streams_with_why(
 def test_ctrl_c_in_the_terminal_finishes_every_stream_before_the_server_stops(tmp_path: Path) -> None:
     """A terminal's Ctrl-C goes to the whole foreground process group: the server must not stop before the workers'
     last batches (it has a session of its own, and the app stops it after the workers)."""
-    live = {"test": "smpte", "num-buffers": 2000, "live": True, "framerate": 20, "width": 160, "height": 120}
-    cfg = {"sources": [{"id": f"cam{i}", **live} for i in range(2)], "infer": {**BLOBS, "model-server": {}},
-           "messages": {"conv": {"schema": "inferstream-frame", "frame-interval": 1, "skip-empty": False},
-                        "broker": {"proto": "file", "conn-str": str(tmp_path / "{id}.jsonl")}}}
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--interval", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = _start_live(tmp_path, 2000, "--interval", "0.5", messages=True, new_session=True)
     try:
-        assert proc.stdout is not None
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if re.search(r"cam1 running [1-9]\d*f", line):
-                break
+        seen = _until_frames_flow(proc)
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
         out, err = proc.communicate(timeout=60)
     finally:
@@ -160,7 +170,7 @@ def test_ctrl_c_in_the_terminal_finishes_every_stream_before_the_server_stops(tm
     assert proc.returncode == 130 and "Traceback" not in err, (out, err)
     assert "during the run" not in out  # the server was not stopped under the workers
     for sid in ("cam0", "cam1"):
-        payloads = [yaml.safe_load(line) for line in (tmp_path / f"{sid}.jsonl").read_text().splitlines()]
+        payloads = _events(tmp_path, sid)
         assert payloads and [p["frame"] for p in payloads] == list(range(len(payloads)))
         assert all(len(p["objects"]) == 3 for p in payloads)  # every frame accepted was inferred
 
@@ -168,22 +178,14 @@ def test_ctrl_c_in_the_terminal_finishes_every_stream_before_the_server_stops(tm
 def test_the_model_server_does_not_outlive_a_killed_app(tmp_path: Path) -> None:
     import time
 
-    live = {"test": "smpte", "num-buffers": 2000, "live": True, "framerate": 20, "width": 160, "height": 120}
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({"sources": [{"id": f"cam{i}", **live} for i in range(2)],
-                                    "infer": {**BLOBS, "model-server": {}}}))
-    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--interval", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_live(tmp_path, 2000, "--interval", "0.5")
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if re.search(r"cam1 running [1-9]\d*f", line):
-                break
-        server = next(p for p in _children(proc.pid) if b"inferstream.model_server" in _cmdline(p))
+        _until_frames_flow(proc)
+        server = _server_pid(proc.pid)
         proc.kill()
         proc.communicate(timeout=30)
         deadline = time.monotonic() + 20
-        while Path(f"/proc/{server}").exists() and b"inferstream.model_server" in _cmdline_or_empty(server):
+        while b"inferstream.model_server" in _cmdline_or_empty(server):
             assert time.monotonic() < deadline, "the model server outlived the app"
             time.sleep(0.2)
     finally:
@@ -191,27 +193,15 @@ def test_the_model_server_does_not_outlive_a_killed_app(tmp_path: Path) -> None:
             proc.kill()
 
 
-def _cmdline_or_empty(pid: int) -> bytes:
-    try:
-        return _cmdline(pid)
-    except OSError:
-        return b""
-
-
 def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path) -> None:
     import time
     import urllib.request
 
-    live = {"test": "smpte", "num-buffers": 400, "live": True, "framerate": 20, "width": 160, "height": 120}
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({"sources": [{"id": f"cam{i}", **live} for i in range(2)],
-                                    "infer": {**BLOBS, "model-server": {}}}))
-    proc = subprocess.Popen([*CLI, str(path), "--workers", "2", "--console", "plain", "--metrics-port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _start_live(tmp_path, 400, "--metrics-port", "0")
     try:
         assert proc.stdout is not None
         url = next(line.split()[-1] for line in proc.stdout if line.startswith("metrics: "))
-        deadline, text = time.monotonic() + 60, ""
+        deadline, text, found = time.monotonic() + 60, "", {}
         while time.monotonic() < deadline:
             with urllib.request.urlopen(url, timeout=5) as reply:
                 text = reply.read().decode()
@@ -235,6 +225,13 @@ def _children(pid: int) -> list[int]:
 
 def _cmdline(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
+def _cmdline_or_empty(pid: int) -> bytes:
+    try:
+        return _cmdline(pid)
+    except OSError:
+        return b""
 
 
 def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt: Path) -> None:
