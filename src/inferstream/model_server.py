@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.backends.served import SharedFile
+from inferstream.native.process import die_with_parent, discard_output
 
 STATS_EVERY_S: Final = 1.0
 DRAIN_S: Final = 60.0
@@ -115,9 +116,7 @@ class ModelServer:
         """End once every worker has gone, or after ``DRAIN_S`` (safe from a signal handler): the app that started
         the server died, and its workers are finishing their streams, which needs their last batches."""
         self._drain_until = time.monotonic() + DRAIN_S
-        for stream in (sys.stdout, sys.stderr):  # the app read them: a write now would fail the server
-            with contextlib.suppress(OSError, ValueError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        discard_output(sys.stdout, sys.stderr)  # the app read them: a write now would fail the server
         os.write(self._wake_w, b"d")
 
     def _accept(self, listener: Listener) -> None:
@@ -264,8 +263,7 @@ def say(message: dict[str, Any]) -> None:
     try:
         print(json.dumps(message), flush=True)
     except (BrokenPipeError, ValueError):
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        discard_output(sys.stdout)
 
 
 def _free_bytes(folder: Path) -> int:
@@ -291,8 +289,6 @@ def main(argv: list[str] | None = None) -> int:
                     "once its workers are gone (the app's own server)")
     args = ap.parse_args(argv)
     if args.die_with_parent:  # the workers finish their streams when the app dies: serve them until they are gone
-        from inferstream.native.process import die_with_parent
-
         die_with_parent(signal.SIGUSR1)
     try:
         backend = load_backend(args.model, device=args.device, precision=args.precision, backend=args.backend,

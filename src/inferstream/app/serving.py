@@ -26,10 +26,10 @@ from pathlib import Path
 from queue import Empty, Queue
 from typing import IO, Any, Final
 
+from inferstream.app.children import describe_exit, last_line, relay_stderr
 from inferstream.app.config import AppConfig
 from inferstream.app.metrics import metric_lines
 from inferstream.app.runner import RunError
-from inferstream.app.signals import describe_exit
 
 READY_TIMEOUT_S: Final = 180.0  # loading a model (and torch) on a busy machine
 STOP_TIMEOUT_S: Final = 10.0
@@ -92,7 +92,7 @@ class _Server:
     """The server process, started again (``restarts`` times) when it ends during the run."""
 
     def __init__(self, command: list[str], restarts: int, say: Callable[[str], None]) -> None:
-        self.command, self.restarts_left, self.say = command, restarts, say
+        self.command, self.max_restarts, self.say = command, restarts, say
         self.stopping = threading.Event()
         self.stderr: deque[str] = deque(maxlen=20)
         self.frames = self.forwards = 0  # the counts of the servers that ended before the last one
@@ -108,7 +108,7 @@ class _Server:
         self.proc = proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                             start_new_session=True)
         assert proc.stdout is not None and proc.stderr is not None
-        threading.Thread(target=_keep_tail, args=(proc.stderr, self.stderr), daemon=True,
+        threading.Thread(target=relay_stderr, args=(proc.stderr, self.stderr), daemon=True,
                          name="model-server-stderr").start()
         self.live = {}
         threading.Thread(target=_read_lines, args=(proc.stdout, self.said, self), daemon=True,
@@ -121,7 +121,7 @@ class _Server:
         if message is None or "ready" not in message:  # it ended before it was ready
             proc.wait()
             time.sleep(0.1)  # its last stderr lines
-            raise RunError(_last(self.stderr) or f"the model server {describe_exit(proc.returncode)} before it "
+            raise RunError(last_line(self.stderr) or f"the model server {describe_exit(proc.returncode)} before it "
                            "was ready")
         return str(message.get("device"))
 
@@ -132,10 +132,9 @@ class _Server:
             if self.stopping.is_set():
                 return
             how = describe_exit(rc, self.stderr)
-            if not self.restarts_left:
+            if self.restarts >= self.max_restarts:
                 self.say(f"model server {how} during the run, no restarts left: the workers' batches fail")
                 return
-            self.restarts_left -= 1
             self.restarts += 1
             self._count()
             self.say(f"model server {how} during the run: starting it again (the workers wait for it)")
@@ -184,14 +183,6 @@ class _Server:
                     self.forwards += int(message["forwards"])
 
 
-def _keep_tail(stream: IO[bytes], tail: deque[str]) -> None:
-    with stream:
-        for raw in stream:
-            line = raw.decode(errors="replace").rstrip()
-            tail.append(line)
-            print(line, file=sys.stderr)  # the server's own messages, as a worker's
-
-
 def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None], server: _Server) -> None:
     """The server's JSON lines: its stats go to ``server.live``, the rest to ``said``; None at its end."""
     with stream:
@@ -204,6 +195,3 @@ def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None], server: _
                     said.put(message)
     said.put(None)
 
-
-def _last(tail: deque[str]) -> str:
-    return next((line for line in reversed(tail) if line.strip()), "")

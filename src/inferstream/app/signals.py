@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterable
 from typing import Any, Final
 
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -56,13 +55,3 @@ class StopSignals:
     def exit_code(self) -> int:
         return 128 + int(self.first or signal.SIGINT)
 
-
-def describe_exit(rc: int, stderr: Iterable[str] = ()) -> str:
-    """How a child process ended, for a user: ``killed by SIGKILL``, ``exited with code 2: <its last line>``."""
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    last = next((line for line in reversed(list(stderr)) if line.strip()), "")
-    return f"exited with code {rc}" + (f": {last.strip()}" if last else "")

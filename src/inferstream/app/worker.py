@@ -15,7 +15,7 @@ Signals: the parent owns them. SIGINT is the runner's Ctrl-C (the first finishes
 also when it arrives before the runner runs. The worker asks the kernel for a SIGUSR2 when the parent dies and
 takes it as one Ctrl-C, so its files are finished even then: not SIGINT itself, because the kernel may send it more
 than once (once for each thread of the dying parent that the worker is handed to as it exits), and a second Ctrl-C
-stops without finishing (1 run in 3-8 left an unfinished MP4).
+stops without finishing the files.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from inferstream.app.metrics import Snapshot, StreamView
-from inferstream.native.process import die_with_parent
+from inferstream.native.process import die_with_parent, discard_output
 
 if TYPE_CHECKING:
     from inferstream.app.pipeline import Plan
@@ -114,16 +114,9 @@ def report_run(runner: Runner, console: ReportConsole) -> int:
     return code
 
 
-def _quiet_stderr() -> None:
-    """Send what is still written to stderr nowhere: a write into the dead parent's pipe fails (EPIPE), and a
-    failing write in the middle of finishing the files must not stop it."""
-    with contextlib.suppress(OSError, ValueError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
-
-
 class _ForgivingStream:
     """stderr that never raises: once the parent is gone, any thread's write into its pipe would raise EPIPE
-    (before the SIGINT handler, on the main thread, has sent stderr to /dev/null)."""
+    (until the parent-death handler, on the main thread, has sent stderr to /dev/null)."""
 
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
@@ -157,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def on_parent_death(signum: int, frame: object) -> None:
         """The kernel's word that the parent died: finish the files, as after one Ctrl-C, and only once."""
-        _quiet_stderr()  # nobody reads it any more
+        discard_output(sys.stderr)  # nobody reads it any more
         if not orphaned:
             orphaned.append(1)
             on_sigint(signum, frame)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from queue import Empty, Queue
 from typing import IO, Any, Final, Protocol
 
+from inferstream.app.children import describe_exit, relay_stderr
 from inferstream.app.config import AppConfig
 from inferstream.app.console import Console
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
@@ -29,7 +30,7 @@ from inferstream.app.mps import cuda_mps
 from inferstream.app.pipeline import Plan, build_plan
 from inferstream.app.runner import EXIT_EVENTS_LOST, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, RunError, Runner, RunResult
 from inferstream.app.serving import model_server
-from inferstream.app.signals import StopSignals, describe_exit
+from inferstream.app.signals import StopSignals
 from inferstream.app.worker import decode_snapshot, encode_plan
 from inferstream.app.workerstats import health, merge_batches, worker_metrics
 from inferstream.errors import ConfigError
@@ -62,9 +63,9 @@ def worker_environment(cfg: AppConfig, workers: int, cores: int | None = None,
     """A worker's environment: on CPU, ``OMP_NUM_THREADS`` = its share of the cores (unless set already).
 
     Each worker's torch (and ONNX Runtime) would otherwise start a thread per core, and idle OpenMP threads spin:
-    N workers on C cores ran N x C threads for C cores (2 workers of the free model on 2 cores: 664 against 3 961
-    frames/s with the share; ``BENCHMARKS.md``, *Worker processes*). A model server is not a worker: it keeps every
-    core for the one model.
+    N workers on C cores ran N x C threads for C cores, and two workers ran far slower than one process
+    (``BENCHMARKS.md``, *Worker processes*, run C). A model server is not a worker: it keeps every core for the one
+    model.
     """
     env = dict(os.environ if environ is None else environ)
     if not cfg.infer.device.startswith("cuda") and "OMP_NUM_THREADS" not in env:
@@ -213,12 +214,8 @@ class Supervisor:
 
     @staticmethod
     def _read_stderr(w: _Worker, _generation: int, stream: IO[bytes]) -> None:
-        """What a worker prints on stderr goes to ours (as one process would print it); its tail says why it died."""
-        with stream:
-            for raw in stream:
-                line = raw.decode(errors="replace")
-                w.stderr.append(line.rstrip())
-                sys.stderr.write(line)
+        """What a worker prints on stderr goes to ours; its tail says why it died."""
+        relay_stderr(stream, w.stderr)
 
     def _signal_all(self, signum: int) -> None:
         for w in self.workers:

@@ -15,20 +15,25 @@ naming the socket, at once or, with ``?reconnect=S``, once it has not come back 
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from inferstream.backends.base import ModelInfo
 from inferstream.errors import BackendInitError, InferenceServerError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
     from torch import Tensor
+
+T = TypeVar("T")
 
 CALL_TIMEOUT_S: Final = 30.0
 RECONNECT_S: Final = 0.0  # by default a server that went away is an error at once (the app asks for a wait)
@@ -47,11 +52,8 @@ class SharedFile:
     def open(self) -> Tensor:
         import torch
 
-        dtype = getattr(torch, self.dtype)
-        numel = 1
-        for dim in self.shape:
-            numel *= dim
-        return torch.from_file(self.path, shared=True, size=numel, dtype=dtype).view(self.shape)
+        return torch.from_file(self.path, shared=True, size=math.prod(self.shape),
+                               dtype=getattr(torch, self.dtype)).view(self.shape)
 
 
 def parse_spec(spec: str) -> tuple[str, float]:
@@ -148,11 +150,15 @@ class ServedBackend:
             self._register(self._input.shape[0], *self._input.shape[2:])
 
     def __call__(self, batch: Tensor) -> list[Tensor]:
+        return self._with_server(lambda: self._run(batch))  # a lost batch is run again: the new server has not seen it
+
+    def _with_server(self, ask: Callable[[], T]) -> T:
+        """``ask()``; once more on the server started again (``_come_back``) if the first one was lost."""
         try:
-            return self._run(batch)
+            return ask()
         except ServerLostError as lost:
             self._come_back(lost)
-            return self._run(batch)  # the lost batch, again: the new server has not seen it
+            return ask()
 
     def _run(self, batch: Tensor) -> list[Tensor]:
         import torch
@@ -171,11 +177,7 @@ class ServedBackend:
 
     def warmup(self, batch_size: int, input_size: tuple[int, int]) -> None:
         """Register for the group's batch size: the server warms its model (and graphs) up for that size."""
-        try:
-            self._register(batch_size, *input_size)
-        except ServerLostError as lost:
-            self._come_back(lost)
-            self._register(batch_size, *input_size)
+        self._with_server(lambda: self._register(batch_size, *input_size))
 
     def close(self) -> None:
         self._input, self._outputs = None, []
