@@ -19,7 +19,8 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             them (``W`` = auto: the app's own ``--workers auto``): ``bN`` the batch size (e.g. half a worker's streams, so that two batches of a worker are in
             flight; ``bapp``: the app's own default), ``iN`` the app's ``infer.instances`` (model copies per worker,
             each its own batch-group), ``m`` the app's ``infer.model-server`` (one process runs the batches of
-            every worker; ``dX`` its ``delay-ms``), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
+            every worker; ``dX`` its ``delay-ms``, ``xN`` its ``max-batch``; the table gives its frames per forward
+            and the share of the time it spent in forwards, both between 25 % and 90 % of the frames), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
             once), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
             ``--profile S`` records S seconds of one worker with ``py-spy --gil`` once a quarter of the frames are
@@ -56,6 +57,7 @@ from measure import Nvml, Sampler, run_pipeline
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
 _FRAMES = re.compile(r'^inferstream_frames_total\{stream="[^"]*"\} (\d+)', re.MULTILINE)
+_SERVER = re.compile(r"^inferstream_model_server_(busy_seconds|frames|forwards)_total (\S+)$", re.MULTILINE)
 
 
 def make_clips(out: Path, count: int, frames: int) -> list[Path]:
@@ -129,13 +131,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _frames_done(port: int) -> int | None:
+def _scrape(port: int) -> tuple[int, dict[str, float]] | None:
+    """Frames done by every stream, and the model server's counters (busy_seconds, frames, forwards) if any."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
             text = r.read().decode()
     except OSError:
         return None
-    return sum(int(v) for v in _FRAMES.findall(text))
+    return sum(int(v) for v in _FRAMES.findall(text)), {k: float(v) for k, v in _SERVER.findall(text)}
+
+
+def server_window(samples: list[tuple[float, dict[str, float]]], lo: float, hi: float) -> dict[str, Any]:
+    """How busy the model server was between ``lo`` and ``hi`` (its forwards' share of the time) and its frames per
+    forward there: the steady state, without the start's warm-up batches."""
+    window = [(t, c) for t, c in samples if lo <= t <= hi and "busy_seconds" in c]
+    if len(window) < 2:
+        return {}
+    (t0, a), (t1, b) = window[0], window[-1]
+    forwards = b.get("forwards", 0) - a.get("forwards", 0)
+    return {"server_busy": round((b["busy_seconds"] - a["busy_seconds"]) / (t1 - t0), 3),
+            "server_per_forward": round((b.get("frames", 0) - a.get("frames", 0)) / forwards, 2) if forwards else None}
 
 
 def _busy_cpu_s() -> float:
@@ -214,6 +229,7 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
            "--console", "quiet", "--metrics-port", str(port), "--mps", mps]
     samples: list[tuple[float, int]] = []
     cpu: list[tuple[float, float]] = []
+    served: list[tuple[float, dict[str, float]]] = []
     t0 = time.perf_counter()
     with Sampler(Nvml()) as sampler, open(out / f"{name}.log", "w") as log:
         env = dict(os.environ)
@@ -225,11 +241,13 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         spy = server_spy = None
         while proc.poll() is None and time.perf_counter() - t0 < timeout_s:
-            done = _frames_done(port)
+            scraped = _scrape(port)
             now = time.perf_counter()
-            if done is not None:
+            if scraped is not None:
+                done = scraped[0]
                 samples.append((now, done))
                 cpu.append((now, _busy_cpu_s()))
+                served.append((now, scraped[1]))
                 if profile_s and spy is None and done >= 0.25 * total:
                     spy = start_profile(_worker_pid(proc.pid) or proc.pid, profile_s, out / f"{name}.gil.txt")
                     if (server := _worker_pid(proc.pid, b"inferstream.model_server")) is not None:
@@ -251,7 +269,7 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
     window = [(t, c) for t, c in cpu if lo <= t <= hi]
     cores = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0]) if len(window) > 1 else None
     result.update({"fps": round(fps, 1), "frames_seen": samples[-1][1], "host_cores": cores and round(cores, 2),
-                   **sampler.window(lo, hi)})
+                   **sampler.window(lo, hi), **server_window(served, lo, hi)})
     if profile_s:
         result.update(profile_summary(out / f"{name}.gil.txt", profile_s))
         if (out / f"{name}.server.gil.txt").is_file():
@@ -275,6 +293,7 @@ class Spec:
     in_flight: int = 1
     server: bool = False  # infer.model-server: one process holds the model for every worker
     delay_ms: float = 0.0
+    max_batch: int = 32  # the model server's max-batch
 
     @classmethod
     def parse(cls, text: str, streams: int) -> Spec:
@@ -294,6 +313,8 @@ class Spec:
                 opts["server"] = True
             elif kind == "d":
                 opts["delay_ms"] = float(value)
+            elif kind == "x":
+                opts["max_batch"] = int(value)
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":
@@ -327,18 +348,21 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
                   **({"batch-size": batch} if spec.batch >= 0 else {}),
                   **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
                   **({"in-flight": spec.in_flight} if spec.in_flight > 1 else {}),
-                  **({"model-server": {"delay-ms": spec.delay_ms}} if spec.server else {})},
+                  **({"model-server": {"delay-ms": spec.delay_ms, "max-batch": spec.max_batch}}
+                     if spec.server else {})},
         "sink": {"type": "fakesink"},
     }
     if tracker:
         cfg["tracker"] = {}
     name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-f{spec.in_flight}-{'track' if tracker else 'notrack'}-mps{mps}"
             f"{f'-si{switch_s}' if switch_s else ''}{f'-server{spec.delay_ms:g}' if spec.server else ''}"
+            f"{f'-x{spec.max_batch}' if spec.server and spec.max_batch != 32 else ''}"
             f"{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s)
     res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances,
                 "in_flight": spec.in_flight, "mps": mps, "server": spec.server, "delay_ms": spec.delay_ms,
+                "max_batch": spec.max_batch,
                 "code": side or "this tree",
                 "switch_interval_s": switch_s or sys.getswitchinterval()})
     ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
@@ -358,7 +382,7 @@ def main() -> int:
     ap.add_argument("--tracker", default="yes,no")
     ap.add_argument("--run-timeout", type=float, default=150.0)
     ap.add_argument("--mps", default="off", help="off, on or off,on: the runs without / under the CUDA MPS daemon")
-    ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER[:bN][:iN][:sS],... (e.g. 8:on:no,4:on:yes:b8) "
+    ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER[:bN][:iN][:fN][:m][:dX][:xN][:sS],... (e.g. 8:on:no,4:on:yes:b8) "
                     "instead of the product of --workers, --mps and --tracker")
     ap.add_argument("--profile", type=float, default=0.0, help="seconds of py-spy --gil on one worker per run")
     ap.add_argument("--ab-old", type=Path, help="an older src/ to run each config with too, alternating")
@@ -374,7 +398,8 @@ def main() -> int:
     else:
         specs = [Spec(int(w), m, t == "yes") for m in args.mps.split(",") for t in args.tracker.split(",")
                  for w in args.workers.split(",")]
-    batches = sorted({s.batch_size(args.streams) for s in specs} | {32})  # b32: the goal's
+    batches = sorted({s.batch_size(args.streams) for s in specs} | {32}  # b32: the goal's
+                     | {s.max_batch for s in specs if s.server})
     report["ceiling"] = bare_ceiling(batches)
     print("ceiling", report["ceiling"], flush=True)
     total = args.streams * args.frames
@@ -389,12 +414,13 @@ def main() -> int:
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
-             ("| code | workers | instances | batch | in flight | model server (frames per forward) | pytracker | MPS | GIL switch ms "
+             ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share | pytracker | MPS | GIL switch ms "
               "| frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % | host cores | a worker's GIL busy | rc |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
-        server = (f"delay {r.get('delay_ms', 0):g} ms ({r.get('per_forward', '-')}), GIL {r.get('server_gil_busy', '-')}"
-                  if r.get("server") else "no")
+        server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
+                  f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
+                  f"GIL {r.get('server_gil_busy', '-')}" if r.get("server") else "no")
         lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "

@@ -16,6 +16,7 @@
 #                      to compile PyGObject and gst-python there
 #   src/pygobject-3.50.x.tar.gz, src/gst-python-1.28.6.tar.xz   sources built there for its Python 3.12
 #   wheels/py_spy-*.whl  the sampling profiler run.sh GIL_PROFILE=1 uses (optional)
+#   appwheels/*.whl      what the app (inferstream run) needs beyond that machine's torch venv: PyYAML, pydantic
 # Idempotent: the tarball is rebuilt each run (about 30 s); the PyGObject sdist is downloaded once.
 set -euo pipefail
 
@@ -182,7 +183,15 @@ stage_sources() {
   # py-spy (a static binary in a wheel) for run.sh GIL_PROFILE=1; optional
   if ! ls "$CARRY"/wheels/py_spy-*.whl >/dev/null 2>&1; then
     "$VENV/bin/pip" download -q --no-deps --only-binary :all: "py-spy==0.4.3" -d "$CARRY/wheels" 2>&1 \
-      | grep -v '^WARNING: Location' || echo "pack: no py-spy wheel: run.sh GIL_PROFILE=1 will not work"
+      | grep -v '^WARNING: Location' || true
+    ls "$CARRY"/wheels/py_spy-*.whl >/dev/null 2>&1 || echo "pack: no py-spy wheel: run.sh GIL_PROFILE=1 will not work"
+  fi
+  # the app's own dependencies that the GPU machine's venv lacks, built for its Python 3.12 (app_workers.py)
+  if ! ls "$CARRY"/appwheels/pydantic_core-*.whl >/dev/null 2>&1; then
+    "$VENV/bin/pip" download -q --only-binary :all: --python-version 3.12 --platform manylinux2014_x86_64 \
+      --platform manylinux_2_17_x86_64 "pyyaml>=6" "pydantic>=2.5" -d "$CARRY/appwheels" 2>&1 \
+      | grep -v '^WARNING: Location' || true
+    ls "$CARRY"/appwheels/pydantic_core-*.whl >/dev/null 2>&1 || echo "pack: no app wheels: app_workers.py will not run there"
   fi
 }
 

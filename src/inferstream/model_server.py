@@ -80,6 +80,7 @@ class ModelServer:
         self._folders = [Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir=d))
                          for d in (("/dev/shm",) if Path("/dev/shm").is_dir() else ()) + (None,)]
         self.forwards = self.frames = self.served = 0
+        self.busy_s = 0.0  # in forwards, from the first launch to the stream's end: its rate is how busy the model is
 
     # the loop ----------------------------------------------------------------------------------------------
     def serve(self, listener: Listener) -> None:
@@ -95,7 +96,8 @@ class ModelServer:
                     break  # the app is gone and so are its workers (or they had their time)
                 if time.monotonic() - said >= STATS_EVERY_S:  # for the app's metrics
                     said = time.monotonic()
-                    say({"stats": {"forwards": self.forwards, "frames": self.frames, "workers": len(self._clients)}})
+                    say({"stats": {"forwards": self.forwards, "frames": self.frames, "workers": len(self._clients),
+                                   "busy_s": round(self.busy_s, 4)}})
         finally:
             listener.close()
             self.close()
@@ -217,6 +219,7 @@ class ModelServer:
             same = not jobs or client.shape[1:] == jobs[0].shape[1:]
             if same and (not jobs or sum(j.asked for j in jobs) + client.asked <= self.max_batch):
                 jobs.append(client)
+        started = time.perf_counter()
         try:
             with torch.inference_mode(), torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext():
                 parts = [j.input[:j.asked] for j in jobs if j.input is not None]
@@ -231,6 +234,7 @@ class ModelServer:
             answer: tuple[Any, ...] = ("done",)
             self.forwards += 1
             self.frames += start
+            self.busy_s += time.perf_counter() - started
         except Exception as exc:  # noqa: BLE001 (the forward failed: every worker in it hears why, the server goes on)
             answer = ("error", f"the forward failed: {type(exc).__name__}: {exc}")
         for job in jobs:
@@ -304,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, lambda *_: server.drain())
     say({"ready": args.listen, "device": str(backend.device)})
     server.serve(listener)
-    say({"forwards": server.forwards, "frames": server.frames, "workers": server.served})
+    say({"forwards": server.forwards, "frames": server.frames, "workers": server.served, "busy_s": server.busy_s})
     backend.close()
     return 0
 

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,12 @@ def _objects(payload: dict[str, Any]) -> list[tuple[str, Any, list[float]]]:
     return sorted((o["label"], -1 if o["track_id"] is None else o["track_id"], o["bbox"]) for o in payload["objects"])
 
 
+# in-flight 2: a worker's next batch is formed while its last one is at the server (the GPU benchmark's runs)
+@pytest.mark.parametrize("in_flight", [1, 2])
 def test_two_workers_on_one_model_server_detect_and_track_every_frame_as_one_process(
-        vtest: Path, person_pt: Path, tmp_path: Path) -> None:
-    served, served_events = _run(_config(vtest, person_pt, tmp_path / "served", **{"model-server": {}}),
+        vtest: Path, person_pt: Path, tmp_path: Path, in_flight: int) -> None:
+    served, served_events = _run(_config(vtest, person_pt, tmp_path / "served", **{"model-server": {},
+                                                                                     "in-flight": in_flight}),
                                  tmp_path / "served", "--workers", "2")
     alone, alone_events = _run(_config(vtest, person_pt, tmp_path / "alone"), tmp_path / "alone")
     assert served.returncode == 0 and alone.returncode == 0, (served.stderr, alone.stderr)
@@ -176,8 +180,6 @@ def test_ctrl_c_in_the_terminal_finishes_every_stream_before_the_server_stops(tm
 
 
 def test_the_model_server_does_not_outlive_a_killed_app(tmp_path: Path) -> None:
-    import time
-
     proc = _start_live(tmp_path, 2000, "--interval", "0.5")
     try:
         _until_frames_flow(proc)
@@ -194,9 +196,9 @@ def test_the_model_server_does_not_outlive_a_killed_app(tmp_path: Path) -> None:
 
 
 def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path) -> None:
-    import time
     import urllib.request
 
+    started = time.monotonic()
     proc = _start_live(tmp_path, 400, "--metrics-port", "0")
     try:
         assert proc.stdout is not None
@@ -211,6 +213,8 @@ def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path) -> None:
             time.sleep(0.3)
         assert found["model_server_up"] == "1" and found["model_server_restarts_total"] == "0", text
         assert float(found["model_server_forwards_total"]) >= 20 and found["model_server_workers"] == "2", text
+        # time in forwards: some, and never more than the run has lasted (one forward at a time)
+        assert 0 < float(found["model_server_busy_seconds_total"]) < time.monotonic() - started, text
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     finally:

@@ -28,12 +28,12 @@ SIZE = 320  # the person detector takes any multiple of 32: small keeps a CPU fo
 
 
 @pytest.fixture
-def detector(request: pytest.FixtureRequest, device: str) -> tuple[str, tuple[str, ...]]:
-    """The model and its loading options: the real person detector; on CUDA the carried YOLO11s when present
-    (the GPU machine's own model)."""
+def detector(request: pytest.FixtureRequest, device: str) -> tuple[str, tuple[str, ...], int]:
+    """The model, its loading options and its input size: the real person detector; on CUDA the carried YOLO11s
+    when present (the GPU machine's own model, traced at 640: its anchor grid is fixed)."""
     if device == "cuda" and CARRIED.is_file():
-        return str(CARRIED), ()
-    return str(request.getfixturevalue("person_pt")), ("--trust-checkpoint",)
+        return str(CARRIED), (), 640
+    return str(request.getfixturevalue("person_pt")), ("--trust-checkpoint",), SIZE
 
 
 @contextlib.contextmanager
@@ -55,20 +55,22 @@ def serving(tmp_path: Path, model: str, device: str, *extra: str) -> Iterator[tu
 
 
 def _stop(proc: subprocess.Popen[str]) -> dict[str, int]:
-    """Stop the server the way the app does (SIGTERM); its counts line."""
+    """Stop the server the way the app does (SIGTERM); its counts line, without the time it spent in forwards
+    (checked to be some)."""
     proc.terminate()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    assert counts.pop("busy_s") > 0 or not counts["forwards"], counts
     return counts
 
 
-def _frames(n: int, seed: int, device: str) -> torch.Tensor:
+def _frames(n: int, seed: int, device: str, size: int = SIZE) -> torch.Tensor:
     """``n`` distinct letterboxed-looking frames: smooth blobs on grey padding, seeded."""
     g = torch.Generator().manual_seed(seed)
-    low = torch.rand((n, 3, SIZE // 16, SIZE // 16), generator=g)
-    x = torch.nn.functional.interpolate(low, size=(SIZE, SIZE), mode="bilinear", align_corners=False)
-    x[:, :, : SIZE // 8] = 114 / 255
+    low = torch.rand((n, 3, size // 16, size // 16), generator=g)
+    x = torch.nn.functional.interpolate(low, size=(size, size), mode="bilinear", align_corners=False)
+    x[:, :, : size // 8] = 114 / 255
     return x.to(device)
 
 
@@ -83,16 +85,16 @@ def _assert_same(served: list[torch.Tensor], local: list[torch.Tensor]) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_served_batch_gives_the_outputs_of_the_model_loaded_here(tmp_path: Path, device: str,
-                                                                  detector: tuple[str, tuple[str, ...]]) -> None:
-    model, options = detector
+def test_a_served_batch_gives_the_outputs_of_the_model_loaded_here(
+        tmp_path: Path, device: str, detector: tuple[str, tuple[str, ...], int]) -> None:
+    model, options, size = detector
     local = _local(model, device, bool(options))
     with serving(tmp_path, model, device, *options) as (spec, proc):
         served = load_backend(spec, device=device)
         assert served.device.type == device and served.dtype == local.dtype and served.info == local.info
-        served.warmup(2, (SIZE, SIZE))
+        served.warmup(2, (size, size))
         for n, seed in ((2, 1), (1, 2), (3, 3)):  # 3 > the registered 2: it registers again, larger
-            frames = _frames(n, seed, device).to(local.dtype)
+            frames = _frames(n, seed, device, size).to(local.dtype)
             out = served(frames)
             assert all(o.device.type == device for o in out)
             _assert_same(out, local(frames))
@@ -102,14 +104,14 @@ def test_a_served_batch_gives_the_outputs_of_the_model_loaded_here(tmp_path: Pat
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_two_workers_requests_run_as_one_forward_each_getting_its_own_frames(
-        tmp_path: Path, device: str, detector: tuple[str, tuple[str, ...]]) -> None:
-    model, options = detector
+        tmp_path: Path, device: str, detector: tuple[str, tuple[str, ...], int]) -> None:
+    model, options, size = detector
     local = _local(model, device, bool(options))
     with serving(tmp_path, model, device, *options, "--delay-ms", "20000") as (spec, proc):
         workers = [load_backend(spec, device=device) for _ in range(2)]
         for w in workers:
-            w.warmup(2, (SIZE, SIZE))
-        frames = [_frames(2, 10 + k, device).to(local.dtype) for k in range(2)]
+            w.warmup(2, (size, size))
+        frames = [_frames(2, 10 + k, device, size).to(local.dtype) for k in range(2)]
         outputs: dict[int, list[torch.Tensor]] = {}
 
         def ask(k: int) -> None:
@@ -147,6 +149,29 @@ def test_a_server_that_dies_is_an_error_naming_it_not_a_hang(tmp_path: Path, per
         with pytest.raises(InferenceServerError, match="closed the connection: it stopped or died"):
             served(_frames(1, 0, "cpu"))
         assert time.monotonic() - started < 5
+
+
+def test_a_worker_arriving_while_another_registers_waits_its_turn_not_fails(tmp_path: Path, person_pt: Path) -> None:
+    """The server answers in turn: a hello and a run queued behind a registration (which warms the model up, on a GPU
+    capturing graphs for longer than a forward) get their answers once it is done."""
+    local = _local(str(person_pt), "cpu", True)
+    with serving(tmp_path, str(person_pt), "cpu", "--trust-checkpoint", "--max-batch", "32") as (spec, proc):
+        first = load_backend(spec)
+        registered: list[float] = []
+        warming = threading.Thread(target=lambda: (first.warmup(4, (SIZE, SIZE)),
+                                                   registered.append(time.monotonic())))
+        warming.start()
+        time.sleep(0.2)  # the registration is in the server's hands: it warms the model up for a batch of 32
+        second = load_backend(spec)
+        frames = _frames(1, 4, "cpu")
+        out = second(frames)
+        answered = time.monotonic()
+        warming.join(120)
+        assert registered and registered[0] <= answered, "the second worker was answered before the registration"
+        _assert_same(out, local(frames))
+        first.close()
+        second.close()
+        assert _stop(proc) == {"forwards": 1, "frames": 1, "workers": 2}
 
 
 def test_a_server_started_again_at_the_socket_gets_the_lost_batch(tmp_path: Path, person_pt: Path) -> None:
@@ -205,3 +230,4 @@ def test_no_room_for_the_shared_tensors_is_that_workers_error_not_a_crash(monkey
     assert kind == "slots" and shared_in.shape == (2, 3, 64, 64) and len(shared_out) == 1
     server.close()
     assert not any(folder.exists() for folder in server._folders)
+

@@ -96,7 +96,8 @@ class _Server:
         self.stopping = threading.Event()
         self.stderr: deque[str] = deque(maxlen=20)
         self.frames = self.forwards = 0  # the counts of the servers that ended before the last one
-        self.live: dict[str, int] = {}  # the running server's last stats line
+        self.busy_s = 0.0
+        self.live: dict[str, float] = {}  # the running server's last stats line
         self.restarts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.said: Queue[dict[str, Any] | None] = Queue()
@@ -170,6 +171,9 @@ class _Server:
                           "every worker that waited went into one)", [("", self.forwards + live.get("forwards", 0))]),
             *metric_lines("model_server_frames_total", "counter", "Frames through the model server",
                           [("", self.frames + live.get("frames", 0))]),
+            *metric_lines("model_server_busy_seconds_total", "counter", "Seconds the model server spent in "
+                          "forwards (its rate is how busy the model is: near 1, the GPU bounds the run)",
+                          [("", round(self.busy_s + live.get("busy_s", 0), 4))]),
             *metric_lines("model_server_workers", "gauge", "Batch-groups connected to the model server",
                           [("", live.get("workers", 0))]),
         ]) + "\n"
@@ -181,6 +185,7 @@ class _Server:
                 if "forwards" in message:
                     self.frames += int(message["frames"])
                     self.forwards += int(message["forwards"])
+                    self.busy_s += float(message.get("busy_s", 0))
 
 
 def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None], server: _Server) -> None:

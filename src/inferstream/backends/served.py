@@ -35,10 +35,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-CALL_TIMEOUT_S: Final = 30.0
 RECONNECT_S: Final = 0.0  # by default a server that went away is an error at once (the app asks for a wait)
-# registering a new input size captures the server's CUDA graphs for it: far longer than a call
-REGISTER_TIMEOUT_S: Final = 300.0
+# The server answers in turn, and a registration of a new input size (this worker's or another's, queued first)
+# captures its CUDA graphs, with TorchScript's shape profiling: far longer than a forward, and on a GPU shared by
+# many workers' start-up more than half a minute. So every answer is given that long; a server that died is
+# noticed at once anyway (its socket closes).
+ANSWER_TIMEOUT_S: Final = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +100,7 @@ class ServedBackend:
             self._conn: Connection = Client(self.address, family="AF_UNIX")
         except OSError as exc:
             raise BackendInitError(f"no model server at {self.address}: {exc.strerror or exc}") from exc
-        info, served_on, dtype = self._ask(("hello", os.getpid()), CALL_TIMEOUT_S)
+        info, served_on, dtype = self._ask(("hello", os.getpid()))
         self.info: ModelInfo = info
         self.device = torch.device(served_on)
         self.dtype: torch.dtype = getattr(torch, dtype)
@@ -109,12 +111,13 @@ class ServedBackend:
         self._input: Tensor | None = None  # before the first call or warmup: no tensors yet
         self._outputs: list[Tensor] = []
 
-    def _ask(self, message: tuple[Any, ...], timeout_s: float) -> list[Any]:
+    def _ask(self, message: tuple[Any, ...]) -> list[Any]:
         """Send ``message``; the answer's payload (an ``("error", why)`` answer raises)."""
         try:
             self._conn.send(message)
-            if not self._conn.poll(timeout_s):
-                raise InferenceServerError(f"the model server at {self.address} gave no answer in {timeout_s:g} s")
+            if not self._conn.poll(ANSWER_TIMEOUT_S):
+                raise InferenceServerError(f"the model server at {self.address} gave no answer in "
+                                           f"{ANSWER_TIMEOUT_S:g} s")
             answer: tuple[Any, ...] = self._conn.recv()
         except (EOFError, OSError) as exc:
             raise ServerLostError(f"the model server at {self.address} closed the connection: it stopped or died "
@@ -126,7 +129,7 @@ class ServedBackend:
 
     def _register(self, capacity: int, height: int, width: int) -> None:
         """Ask for input and output tensors for ``capacity`` frames of ``height`` x ``width``."""
-        shared_in, shared_out = self._ask(("register", capacity, height, width), REGISTER_TIMEOUT_S)
+        shared_in, shared_out = self._ask(("register", capacity, height, width))
         self._input = _opened(shared_in)
         self._outputs = [_opened(t) for t in shared_out]
 
@@ -137,7 +140,7 @@ class ServedBackend:
         while True:
             try:
                 self._conn = Client(self.address, family="AF_UNIX")
-                info, served_on, _ = self._ask(("hello", os.getpid()), CALL_TIMEOUT_S)
+                info, served_on, _ = self._ask(("hello", os.getpid()))
                 break
             except (OSError, ServerLostError):  # not listening yet, or gone again while it started
                 if time.monotonic() >= deadline:
@@ -172,7 +175,7 @@ class ServedBackend:
         slot[:n].copy_(batch)
         if slot.is_cuda:  # the server reads the input on its own stream: the copy must be done first
             torch.cuda.current_stream(slot.device).synchronize()
-        self._ask(("run", n), CALL_TIMEOUT_S)
+        self._ask(("run", n))
         return [out[:n] for out in self._outputs]
 
     def warmup(self, batch_size: int, input_size: tuple[int, int]) -> None:
