@@ -318,7 +318,7 @@ class Spec:
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":
-            return cls(_auto_workers(streams), mps, tracker == "yes", auto=True, **opts)
+            return cls(_auto_workers(streams, opts.get("server", False)), mps, tracker == "yes", auto=True, **opts)
         return cls(int(w), mps, tracker == "yes", **opts)
 
     def batch_size(self, streams: int) -> int:
@@ -331,10 +331,10 @@ class Spec:
         return self.batch or min(32, per_group)
 
 
-def _auto_workers(streams: int) -> int:
+def _auto_workers(streams: int, served: bool) -> int:
     from inferstream.app.workers import cpu_cores, cuda_workers
 
-    return cuda_workers(streams, cpu_cores())
+    return cuda_workers(streams, cpu_cores(), served)
 
 
 def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any], spec: Spec, total: int,

@@ -92,7 +92,8 @@ def test_a_model_the_server_cannot_load_fails_the_run_in_one_line(tmp_path: Path
 
 def _start_live(tmp_path: Path, buffers: int, *args: str, restarts: int | None = None, messages: bool = False,
                 new_session: bool = False) -> subprocess.Popen[str]:
-    """``inferstream run --workers 2`` of two live smpte streams (20 fps) through a model server."""
+    """``inferstream run --workers 2`` (``args`` may say otherwise) of two live smpte streams (20 fps) through a
+    model server."""
     live = {"test": "smpte", "num-buffers": buffers, "live": True, "framerate": 20, "width": 160, "height": 120}
     cfg: dict[str, Any] = {"sources": [{"id": f"cam{i}", **live} for i in range(2)],
                            "infer": {**BLOBS, "model-server": {}}}
@@ -195,11 +196,12 @@ def test_the_model_server_does_not_outlive_a_killed_app(tmp_path: Path) -> None:
             proc.kill()
 
 
-def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])  # one worker: the run's own process, the server beside it
+def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path, workers: int) -> None:
     import urllib.request
 
     started = time.monotonic()
-    proc = _start_live(tmp_path, 400, "--metrics-port", "0")
+    proc = _start_live(tmp_path, 400, "--metrics-port", "0", "--workers", str(workers))
     try:
         assert proc.stdout is not None
         url = next(line.split()[-1] for line in proc.stdout if line.startswith("metrics: "))
@@ -208,11 +210,11 @@ def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path) -> None:
             with urllib.request.urlopen(url, timeout=5) as reply:
                 text = reply.read().decode()
             found = dict(re.findall(r"^inferstream_(model_server_\w+) (\S+)$", text, re.MULTILINE))
-            if float(found.get("model_server_frames_total", 0)) >= 40 and found.get("model_server_workers") == "2":
+            if float(found.get("model_server_frames_total", 0)) >= 40 and found.get("model_server_workers") == str(workers):
                 break
             time.sleep(0.3)
         assert found["model_server_up"] == "1" and found["model_server_restarts_total"] == "0", text
-        assert float(found["model_server_forwards_total"]) >= 20 and found["model_server_workers"] == "2", text
+        assert float(found["model_server_forwards_total"]) >= 20 and found["model_server_workers"] == str(workers), text
         # time in forwards: some, and never more than the run has lasted (one forward at a time)
         assert 0 < float(found["model_server_busy_seconds_total"]) < time.monotonic() - started, text
         proc.send_signal(signal.SIGTERM)

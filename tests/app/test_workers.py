@@ -233,14 +233,18 @@ def test_shards_cover_every_source_once_contiguous_and_balanced(n_sources: int, 
 
 
 def test_worker_count_auto_follows_device_sources_and_cores() -> None:
-    def cfg(n: int, device: str | None = None) -> Any:
-        infer = {**BLOBS, **({"device": device} if device else {})}
+    def cfg(n: int, device: str | None = None, served: bool = False) -> Any:
+        infer = {**BLOBS, **({"device": device} if device else {}), **({"model-server": {}} if served else {})}
         return load_config({"sources": [{"test": "ball"}] * n, "infer": infer})
     assert auto_workers(cfg(4)) == 1  # CPU: the model's threads already use every core
     assert auto_workers(cfg(64, "cuda"), cores=16) == 4  # the best split of 64 streams on the 16-core H200 host
     assert auto_workers(cfg(3, "cuda:0"), cores=16) == 3
     assert auto_workers(cfg(64, "cuda"), cores=6) == 1
     assert auto_workers(cfg(64, "cuda"), cores=64) == 8
+    # a model server: the workers hold no model and share forwards, 8 beat 4 on the same host
+    assert auto_workers(cfg(64, "cuda", served=True), cores=16) == 8
+    assert auto_workers(cfg(64, "cuda", served=True), cores=6) == 3
+    assert auto_workers(cfg(4, served=True)) == 1  # CPU, server or not
     assert worker_count(2, cfg(4)) == (2, None)
     assert worker_count(5, cfg(2))[0] == 2
     for bad in (0, -1, "many", 2.5):

@@ -72,13 +72,16 @@ class _Stream:
 
 class Runner:
     def __init__(self, plan: Plan, console: Console | None = None, metrics_port: int | None = None,
-                 eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = ()) -> None:
+                 eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (),
+                 extra_metrics: Callable[[], str] = str) -> None:
+        """``extra_metrics``: more Prometheus text for the endpoint (the model server's)."""
         ensure_gst()
         self.plan = plan
         self.console = console or QuietConsole()
         self.metrics_port = metrics_port
         self.eos_timeout_s = eos_timeout_s
         self.frame_hooks = tuple(frame_hooks)
+        self.extra_metrics = extra_metrics
         self.metrics: MetricsServer | None = None
         self.pipeline = Gst.Pipeline.new("inferstream")
         self.streams: dict[str, _Stream] = {}
@@ -198,7 +201,7 @@ class Runner:
             self._read_deliveries()
             final = self._snapshot()
             if self.metrics is not None:
-                self.metrics.publish(final)
+                self.metrics.publish(final, self.extra_metrics())
                 self.metrics.close()
             self.console.close(final)
         failed = any(s.counters.status == "failed" for s in self.streams.values())
@@ -256,7 +259,7 @@ class Runner:
             snap = self._snapshot()
             self.console.update(snap)
             if self.metrics is not None:
-                self.metrics.publish(snap)
+                self.metrics.publish(snap, self.extra_metrics())
 
     def _started_flowing(self) -> bool:
         """PLAYING reached, or frames already flow (a live pipeline whose encoder has not output yet)."""

@@ -38,6 +38,8 @@ from inferstream.errors import ConfigError
 TICK_S: Final = 0.1
 MAX_AUTO_CUDA: Final = 8  # more contexts than this only shrank the batches on the GPU host (BENCHMARKS.md)
 CORES_PER_CUDA_WORKER: Final = 4  # 4 workers beat 8 on the 16-core H200 host (BENCHMARKS.md, *Worker processes*)
+# with a model server 8 beat 4 there, and 16 gave no more (BENCHMARKS.md, *Model server on the H200*)
+CORES_PER_SERVED_WORKER: Final = 2
 STDERR_TAIL: Final = 20
 EXIT_GRACE_S: Final = 15.0  # after the EOS timeout, how long a worker may take to exit before it is killed
 
@@ -47,15 +49,16 @@ def cpu_cores() -> int:
 
 
 def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
-    """``workers: auto``: on CUDA min(sources, 8, cores // 4), on CPU 1.
+    """``workers: auto``: on CUDA min(sources, 8, cores // 4), or cores // 2 with a model server; on CPU 1.
 
     On the 16-core GPU host, 64 streams ran fastest as 4 processes, each with two batches in flight (the default
-    batch, ``pipeline.default_batch``); 8 processes, each with one batch in flight, were slower. On CPU the
-    model's thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*).
+    batch, ``pipeline.default_batch``); 8 processes, each with one batch in flight, were slower. With a model
+    server the workers hold no model and their batches share forwards, so 8 were faster than 4. On CPU the model's
+    thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*).
     """
     if not cfg.infer.device.startswith("cuda"):
         return 1
-    return cuda_workers(len(cfg.sources), cores or cpu_cores())
+    return cuda_workers(len(cfg.sources), cores or cpu_cores(), served=cfg.infer.model_server is not None)
 
 
 def worker_environment(cfg: AppConfig, workers: int, cores: int | None = None,
@@ -73,9 +76,11 @@ def worker_environment(cfg: AppConfig, workers: int, cores: int | None = None,
     return env
 
 
-def cuda_workers(sources: int, cores: int) -> int:
-    """``auto_workers``' rule on CUDA, for ``sources`` sources on ``cores`` cores."""
-    return max(1, min(sources, MAX_AUTO_CUDA, cores // CORES_PER_CUDA_WORKER))
+def cuda_workers(sources: int, cores: int, served: bool = False) -> int:
+    """``auto_workers``' rule on CUDA, for ``sources`` sources on ``cores`` cores (``served``: with a model
+    server)."""
+    per_worker = CORES_PER_SERVED_WORKER if served else CORES_PER_CUDA_WORKER
+    return max(1, min(sources, MAX_AUTO_CUDA, cores // per_worker))
 
 
 def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False) -> tuple[int, str | None]:
@@ -422,4 +427,4 @@ def run_config(cfg: AppConfig, workers: tuple[int, str | None], console: Console
             model_server(cfg, console.message) as (served, server_metrics):
         if n > 1:
             return Supervisor(served, n, console, metrics_port, eos_timeout_s, server_metrics).run()
-        return Runner(build_plan(served), console, metrics_port, eos_timeout_s, frame_hooks).run()
+        return Runner(build_plan(served), console, metrics_port, eos_timeout_s, frame_hooks, server_metrics).run()
