@@ -37,9 +37,9 @@ T = TypeVar("T")
 
 RECONNECT_S: Final = 0.0  # by default a server that went away is an error at once (the app asks for a wait)
 # The server answers in turn, and a registration of a new input size (this worker's or another's, queued first)
-# captures its CUDA graphs, with TorchScript's shape profiling: far longer than a forward, and on a GPU shared by
-# many workers' start-up more than half a minute. So every answer is given that long; a server that died is
-# noticed at once anyway (its socket closes).
+# captures its CUDA graphs, with TorchScript's shape profiling: far longer than a forward, and longer still while
+# many workers start on one GPU (BENCHMARKS.md, *Model server on the H200*). So every answer is given that long; a
+# server that died is noticed at once anyway (its socket closes).
 ANSWER_TIMEOUT_S: Final = 300.0
 
 
