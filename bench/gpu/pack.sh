@@ -166,6 +166,13 @@ stage_dev() {
 }
 
 # --- 4. sources built there ------------------------------------------------------------------------------------
+pip_fetch() {   # DIR GLOB PIP-DOWNLOAD-ARGS...: download into DIR unless a GLOB file is there; fails if none is after
+  local dir=$1 glob=$2; shift 2
+  compgen -G "$dir/$glob" >/dev/null && return 0
+  "$VENV/bin/pip" download -q -d "$dir" "$@" 2>&1 | grep -v '^WARNING: Location' || true
+  compgen -G "$dir/$glob" >/dev/null
+}
+
 stage_sources() {
   mkdir -p "$CARRY/src"
   local gp=$GST_SOURCES_DIR/gst-python-$GST_VERSION.tar.xz
@@ -176,23 +183,16 @@ stage_sources() {
     # pip prepares the sdist's metadata even with --no-deps: give it meson-python (and the venv's meson/ninja)
     # without build isolation, so nothing is installed into the project's venv.
     "$VENV/bin/pip" install -q --target "$WORK/mesonpy" meson-python >/dev/null
-    PYTHONPATH=$WORK/mesonpy PATH=$VENV/bin:$PATH "$VENV/bin/pip" download -q --no-deps --no-binary :all: \
-      --no-build-isolation "$PYGOBJECT_SPEC" -d "$CARRY/src" 2>&1 | grep -v '^WARNING: Location' || true
-    ls "$CARRY"/src/pygobject-*.tar.gz >/dev/null 2>&1 || die "PyGObject sdist download failed"
+    PYTHONPATH=$WORK/mesonpy PATH=$VENV/bin:$PATH pip_fetch "$CARRY/src" 'pygobject-*.tar.gz' --no-deps \
+      --no-binary :all: --no-build-isolation "$PYGOBJECT_SPEC" || die "PyGObject sdist download failed"
   fi
   # py-spy (a static binary in a wheel) for run.sh GIL_PROFILE=1; optional
-  if ! ls "$CARRY"/wheels/py_spy-*.whl >/dev/null 2>&1; then
-    "$VENV/bin/pip" download -q --no-deps --only-binary :all: "py-spy==0.4.3" -d "$CARRY/wheels" 2>&1 \
-      | grep -v '^WARNING: Location' || true
-    ls "$CARRY"/wheels/py_spy-*.whl >/dev/null 2>&1 || echo "pack: no py-spy wheel: run.sh GIL_PROFILE=1 will not work"
-  fi
+  pip_fetch "$CARRY/wheels" 'py_spy-*.whl' --no-deps --only-binary :all: "py-spy==0.4.3" \
+    || echo "pack: no py-spy wheel: run.sh GIL_PROFILE=1 will not work"
   # the app's own dependencies that the GPU machine's venv lacks, built for its Python 3.12 (app_workers.py)
-  if ! ls "$CARRY"/appwheels/pydantic_core-*.whl >/dev/null 2>&1; then
-    "$VENV/bin/pip" download -q --only-binary :all: --python-version 3.12 --platform manylinux2014_x86_64 \
-      --platform manylinux_2_17_x86_64 "pyyaml>=6" "pydantic>=2.5" -d "$CARRY/appwheels" 2>&1 \
-      | grep -v '^WARNING: Location' || true
-    ls "$CARRY"/appwheels/pydantic_core-*.whl >/dev/null 2>&1 || echo "pack: no app wheels: app_workers.py will not run there"
-  fi
+  pip_fetch "$CARRY/appwheels" 'pydantic_core-*.whl' --only-binary :all: --python-version 3.12 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 "pyyaml>=6" "pydantic>=2.5" \
+    || echo "pack: no app wheels: app_workers.py will not run there"
 }
 
 main() {

@@ -96,11 +96,14 @@ class ModelServer:
                     break  # the app is gone and so are its workers (or they had their time)
                 if time.monotonic() - said >= STATS_EVERY_S:  # for the app's metrics
                     said = time.monotonic()
-                    say({"stats": {"forwards": self.forwards, "frames": self.frames, "workers": len(self._clients),
-                                   "busy_s": round(self.busy_s, 4)}})
+                    say({"stats": {**self.counts(), "workers": len(self._clients)}})
         finally:
             listener.close()
             self.close()
+
+    def counts(self) -> dict[str, float]:
+        """What the app's metrics add up (``app.serving.COUNTS``)."""
+        return {"forwards": self.forwards, "frames": self.frames, "busy_s": self.busy_s}
 
     def close(self) -> None:
         """Let every worker go and remove the shared files."""
@@ -308,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, lambda *_: server.drain())
     say({"ready": args.listen, "device": str(backend.device)})
     server.serve(listener)
-    say({"forwards": server.forwards, "frames": server.frames, "workers": server.served, "busy_s": server.busy_s})
+    say({**server.counts(), "workers": server.served})
     backend.close()
     return 0
 

@@ -56,6 +56,14 @@ def test_render_prometheus_has_per_stream_and_batch_series() -> None:
     assert "# TYPE inferstream_frames_total counter" in text
 
 
+def test_counters_past_a_million_keep_every_digit() -> None:
+    from inferstream.app.metrics import metric_lines
+
+    lines = metric_lines("x_total", "counter", "h", [("", 1_234_567), ('{a="b"}', 9_876_543.25), ("", 0.5)])
+    assert lines[2:] == ["inferstream_x_total 1234567", 'inferstream_x_total{a="b"} 9876543.25',
+                         "inferstream_x_total 0.5"]
+
+
 def test_metrics_server_serves_latest_snapshot_on_localhost() -> None:
     server = MetricsServer(0)
     try:

@@ -230,4 +230,3 @@ def test_no_room_for_the_shared_tensors_is_that_workers_error_not_a_crash(monkey
     assert kind == "slots" and shared_in.shape == (2, 3, 64, 64) and len(shared_out) == 1
     server.close()
     assert not any(folder.exists() for folder in server._folders)
-

@@ -146,7 +146,14 @@ def _label(value: str) -> str:
 def metric_lines(name: str, kind: str, help_: str, rows: Sequence[tuple[str, float]]) -> list[str]:
     """One metric in the Prometheus text format: HELP, TYPE and a line per ``(labels, value)`` row."""
     return [f"# HELP inferstream_{name} {help_}", f"# TYPE inferstream_{name} {kind}",
-            *(f"inferstream_{name}{labels} {value:g}" for labels, value in rows)]
+            *(f"inferstream_{name}{labels} {_number(value)}" for labels, value in rows)]
+
+
+def _number(value: float) -> str:
+    """Every digit: ``:g`` keeps six, so a counter past a million (a model server's frames after minutes) would
+    read 1.23457e+06 and its rate would step in tens of frames."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else repr(value)
 
 
 def render_prometheus(snap: Snapshot) -> str:

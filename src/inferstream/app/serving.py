@@ -36,6 +36,7 @@ STOP_TIMEOUT_S: Final = 10.0
 RECONNECT_S: Final = 60.0  # how long workers wait for a server that ended, while it may be started again
 # pyinfer properties that the server applies; the workers' elements get the socket instead
 SERVER_OPTIONS: Final = ("model", "device", "precision", "backend", "graph", "trust-checkpoint")
+COUNTS: Final = ("frames", "forwards", "busy_s")  # what the server counts, in its stats lines and its last line
 
 
 def server_command(cfg: AppConfig, socket: Path) -> list[str]:
@@ -95,9 +96,9 @@ class _Server:
         self.command, self.max_restarts, self.say = command, restarts, say
         self.stopping = threading.Event()
         self.stderr: deque[str] = deque(maxlen=20)
-        self.frames = self.forwards = 0  # the counts of the servers that ended before the last one
-        self.busy_s = 0.0
-        self.live: dict[str, float] = {}  # the running server's last stats line
+        # the counts of the servers that ended before the last one, and the running server's last stats line
+        self.ended: dict[str, float] = dict.fromkeys(COUNTS, 0)
+        self.live: dict[str, float] = {}
         self.restarts = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.said: Queue[dict[str, Any] | None] = Queue()
@@ -157,23 +158,24 @@ class _Server:
                 self.proc.kill()
                 self.proc.wait()
             self._count()
-        return {"frames": self.frames, "forwards": self.forwards}
+        return {"frames": int(self.ended["frames"]), "forwards": int(self.ended["forwards"])}
 
     def metrics(self) -> str:
         """The server's health and counts, in the Prometheus text format."""
         up = float(self.proc is not None and self.proc.poll() is None)
         live = self.live if up else {}
+        total = {key: ended + live.get(key, 0) for key, ended in self.ended.items()}
         return "\n".join([
             *metric_lines("model_server_up", "gauge", "1 while the model server runs", [("", up)]),
             *metric_lines("model_server_restarts_total", "counter", "Times the model server was started again",
                           [("", self.restarts)]),
             *metric_lines("model_server_forwards_total", "counter", "Forwards the model server ran (every batch of "
-                          "every worker that waited went into one)", [("", self.forwards + live.get("forwards", 0))]),
+                          "every worker that waited went into one)", [("", total["forwards"])]),
             *metric_lines("model_server_frames_total", "counter", "Frames through the model server",
-                          [("", self.frames + live.get("frames", 0))]),
+                          [("", total["frames"])]),
             *metric_lines("model_server_busy_seconds_total", "counter", "Seconds the model server spent in "
                           "forwards (its rate is how busy the model is: near 1, the GPU bounds the run)",
-                          [("", round(self.busy_s + live.get("busy_s", 0), 4))]),
+                          [("", total["busy_s"])]),
             *metric_lines("model_server_workers", "gauge", "Batch-groups connected to the model server",
                           [("", live.get("workers", 0))]),
         ]) + "\n"
@@ -183,9 +185,8 @@ class _Server:
         with contextlib.suppress(Empty):
             while (message := self.said.get(timeout=1.0)) is not None:
                 if "forwards" in message:
-                    self.frames += int(message["frames"])
-                    self.forwards += int(message["forwards"])
-                    self.busy_s += float(message.get("busy_s", 0))
+                    for key in COUNTS:
+                        self.ended[key] += message.get(key, 0)
 
 
 def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None], server: _Server) -> None:
