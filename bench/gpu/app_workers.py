@@ -20,7 +20,9 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             flight; ``bapp``: the app's own default), ``iN`` the app's ``infer.instances`` (model copies per worker,
             each its own batch-group), ``m`` the app's ``infer.model-server`` (one process runs the batches of
             every worker; ``dX`` its ``delay-ms``, ``xN`` its ``max-batch``; the table gives its frames per forward
-            and the share of the time it spent in forwards, both between 25 % and 90 % of the frames), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
+            and the share of the time it spent in forwards, both between 25 % and 90 % of the frames; ``pb`` its
+            ``mps-priority: below-normal``), ``o`` with ``--ab-old``: this run on the older tree only (with any
+            ``o`` run, the others run on this tree only, not on both), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
             once), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
             ``--profile S`` records S seconds of one worker with ``py-spy --gil`` once a quarter of the frames are
@@ -57,7 +59,7 @@ from measure import Nvml, Sampler, run_pipeline
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
 _FRAMES = re.compile(r'^inferstream_frames_total\{stream="[^"]*"\} (\d+)', re.MULTILINE)
-_SERVER = re.compile(r"^inferstream_model_server_(busy_seconds|frames|forwards)_total (\S+)$", re.MULTILINE)
+_SERVER = re.compile(r"^inferstream_model_server_(busy_seconds|device_seconds|frames|forwards)_total (\S+)$", re.MULTILINE)
 
 
 def make_clips(out: Path, count: int, frames: int) -> list[Path]:
@@ -149,7 +151,10 @@ def server_window(samples: list[tuple[float, dict[str, float]]], lo: float, hi: 
         return {}
     (t0, a), (t1, b) = window[0], window[-1]
     forwards = b.get("forwards", 0) - a.get("forwards", 0)
+    device = b.get("device_seconds", 0) - a.get("device_seconds", 0)
     return {"server_busy": round((b["busy_seconds"] - a["busy_seconds"]) / (t1 - t0), 3),
+            "server_device_busy": round(device / (t1 - t0), 3) if "device_seconds" in b else None,
+            "server_device_ms_per_forward": round(1000 * device / forwards, 2) if forwards and device else None,
             "server_per_forward": round((b.get("frames", 0) - a.get("frames", 0)) / forwards, 2) if forwards else None}
 
 
@@ -260,8 +265,11 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
             if profiler is not None:
                 profiler.wait(timeout=30)
     result: dict[str, Any] = {"workers": workers, "rc": rc, "wall_s": round(time.perf_counter() - t0, 1)}
-    if forwards := re.search(r"model server: (\d+) frames in (\d+) forwards", (out / f"{name}.log").read_text()):
+    log = (out / f"{name}.log").read_text()
+    if forwards := re.search(r"model server: (\d+) frames in (\d+) forwards", log):
         result["per_forward"] = round(int(forwards[1]) / int(forwards[2]), 2)
+    if warmed := re.findall(r"model server: warmed up for batches of .* in (\S+) s", log):  # its graph captures
+        result["server_warm_s"] = round(sum(map(float, warmed)), 1)
     if len(samples) < 3 or samples[-1][1] < 0.5 * total:
         result["error"] = f"only {samples[-1][1] if samples else 0} of {total} frames seen (see {name}.log)"
         return result
@@ -294,6 +302,8 @@ class Spec:
     server: bool = False  # infer.model-server: one process holds the model for every worker
     delay_ms: float = 0.0
     max_batch: int = 32  # the model server's max-batch
+    below_normal: bool = False  # the model server's mps-priority: below-normal
+    old_only: bool = False  # with --ab-old: this run on the older tree only (else each run on both)
 
     @classmethod
     def parse(cls, text: str, streams: int) -> Spec:
@@ -315,6 +325,10 @@ class Spec:
                 opts["delay_ms"] = float(value)
             elif kind == "x":
                 opts["max_batch"] = int(value)
+            elif field_ == "pb":
+                opts["below_normal"] = True
+            elif field_ == "o":
+                opts["old_only"] = True
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":
@@ -348,7 +362,8 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
                   **({"batch-size": batch} if spec.batch >= 0 else {}),
                   **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
                   **({"in-flight": spec.in_flight} if spec.in_flight > 1 else {}),
-                  **({"model-server": {"delay-ms": spec.delay_ms, "max-batch": spec.max_batch}}
+                  **({"model-server": {"delay-ms": spec.delay_ms, "max-batch": spec.max_batch,
+                                       **({"mps-priority": "below-normal"} if spec.below_normal else {})}}
                      if spec.server else {})},
         "sink": {"type": "fakesink"},
     }
@@ -357,12 +372,13 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
     name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-f{spec.in_flight}-{'track' if tracker else 'notrack'}-mps{mps}"
             f"{f'-si{switch_s}' if switch_s else ''}{f'-server{spec.delay_ms:g}' if spec.server else ''}"
             f"{f'-x{spec.max_batch}' if spec.server and spec.max_batch != 32 else ''}"
+            f"{'-below' if spec.below_normal else ''}"
             f"{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s)
     res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances,
                 "in_flight": spec.in_flight, "mps": mps, "server": spec.server, "delay_ms": spec.delay_ms,
-                "max_batch": spec.max_batch,
+                "max_batch": spec.max_batch, "mps_priority": "below-normal" if spec.below_normal else "normal",
                 "code": side or "this tree",
                 "switch_interval_s": switch_s or sys.getswitchinterval()})
     ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
@@ -405,7 +421,12 @@ def main() -> int:
     total = args.streams * args.frames
     report["runs"] = []
     for i, spec in enumerate(specs):
-        sides = [""] if args.ab_old is None else (["old", "new"] if i % 2 == 0 else ["new", "old"])
+        if args.ab_old is None:
+            sides = [""]
+        elif any(s.old_only for s in specs):  # runs marked :o on the older tree, the others on this one
+            sides = ["old" if spec.old_only else "new"]
+        else:
+            sides = ["old", "new"] if i % 2 == 0 else ["new", "old"]
         for side in sides:
             res = one_run(args, clips, report, spec, total, side)
             report["runs"].append(res)
@@ -414,13 +435,16 @@ def main() -> int:
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
-             ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share | pytracker | MPS | GIL switch ms "
+             ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share, the device's | pytracker | MPS | GIL switch ms "
               "| frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % | host cores | a worker's GIL busy | rc |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
-                  f"GIL {r.get('server_gil_busy', '-')}" if r.get("server") else "no")
+                  f"device {r.get('server_device_busy', '-')} ({r.get('server_device_ms_per_forward', '-')} ms a "
+                  f"forward), GIL {r.get('server_gil_busy', '-')}, warm-up {r.get('server_warm_s', '-')} s"
+                  f"{', MPS priority below normal' if r.get('mps_priority') == 'below-normal' else ''}"
+                  if r.get("server") else "no")
         lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "

@@ -4,15 +4,17 @@
 
 Workers load ``model=ipc:///run/x/model.sock`` (``backends.served``): each registers its input size and batch
 size, gets input and output tensors shared with it (CUDA IPC on a GPU, a file in ``/dev/shm`` on the CPU), and
-sends ``("run", n)`` once its batch is in its input. The server's one thread takes every request that is waiting,
-up to ``max-batch`` frames, runs them as one forward on its own CUDA stream, copies each worker's outputs into
+sends ``("run", n)`` once its batch is in its input. On a GPU the server captures a CUDA graph for every sum of
+whole requests up to ``max-batch``. Its one thread takes every request that is waiting, up to ``max-batch``
+frames, runs them as one forward on its own CUDA stream, copies each worker's outputs into
 that worker's tensors, waits for the stream and answers ``("done",)``. It never waits for a batch to fill
 (``--delay-ms`` lets it wait that long for workers that have not asked yet): with the GPU busy, requests pile up
 while a forward runs, and the next forward takes them all.
 
 The socket's folder is the access control (the app makes it private): whoever can connect can send pickles.
 Prints one JSON line ``{"ready": ...}`` once the model is loaded (the app waits for it), ``{"stats": ...}`` every
-second (forwards, frames, workers connected: the app's metrics) and one line of counts at exit; SIGTERM or SIGINT
+second (forwards, frames, workers connected: the app's metrics), ``{"note": ...}`` for its console (the graphs
+it captured, in how long) and one line of counts at exit; SIGTERM or SIGINT
 stops it. With ``--die-with-parent`` (the app's server) the death of the app makes it serve its workers until they
 have finished their streams and gone, then end: it is never left running. A model that fails to load is one line on stderr and exit code 2.
 """
@@ -68,6 +70,9 @@ class ModelServer:
 
         self.backend, self.max_batch, self.delay_s = backend, max_batch, delay_s
         self._stream = torch.cuda.Stream(backend.device) if backend.device.type == "cuda" else None
+        # a forward's start and end on the device: how long the GPU itself took, apart from the host around it
+        self._timers = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        if self._stream is not None else None)
         self._clients: list[_Client] = []
         self._accepted: list[Connection] = []
         self._accept_lock = threading.Lock()
@@ -75,12 +80,14 @@ class ModelServer:
         self._stopping = False
         self._drain_until = 0.0  # once the parent died: when to end even with workers left
         self._requests = itertools.count()
-        self._warm: dict[tuple[int, int], int] = {}  # (height, width): the batch warmed up for
+        self._warm: dict[tuple[int, int], set[int]] = {}  # (height, width): the batch sizes warmed up for
+        self._granule = 0  # the registered batch sizes' greatest common divisor: forwards are sums of its multiples
         # CPU tensors live in files both processes map: in memory (/dev/shm) when it has room, else the temp folder
         self._folders = [Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir=d))
                          for d in (("/dev/shm",) if Path("/dev/shm").is_dir() else ()) + (None,)]
         self.forwards = self.frames = self.served = 0
         self.busy_s = 0.0  # in forwards, from the first launch to the stream's end: its rate is how busy the model is
+        self.device_s = 0.0  # the same forwards timed on the device (on the CPU: busy_s)
 
     # the loop ----------------------------------------------------------------------------------------------
     def serve(self, listener: Listener) -> None:
@@ -103,7 +110,7 @@ class ModelServer:
 
     def counts(self) -> dict[str, float]:
         """What the app's metrics add up (``app.serving.COUNTS``)."""
-        return {"forwards": self.forwards, "frames": self.frames, "busy_s": self.busy_s}
+        return {"forwards": self.forwards, "frames": self.frames, "busy_s": self.busy_s, "device_s": self.device_s}
 
     def close(self) -> None:
         """Let every worker go and remove the shared files."""
@@ -179,9 +186,7 @@ class ModelServer:
         import torch
 
         self._release(client)
-        if self._warm.get((height, width), 0) < capacity:
-            self.backend.warmup(max(capacity, self.max_batch), (height, width))
-            self._warm[height, width] = max(capacity, self.max_batch)
+        self._warm_up(capacity, height, width)
         probe = torch.zeros((1, 3, height, width), dtype=self.backend.dtype, device=self.backend.device)
         with torch.inference_mode():
             probed = [(tuple(o.shape), o.dtype) for o in self.backend(probe)]
@@ -195,6 +200,27 @@ class ModelServer:
         if self.backend.device.type == "cuda":
             torch.cuda.synchronize(self.backend.device)
         return shared_in, [shared for _, shared in made]
+
+    def _warm_up(self, capacity: int, height: int, width: int) -> None:
+        """Warm the model up for the forwards that requests of ``capacity`` frames make. On a GPU that is every sum
+        of whole requests (``request_sums``): each gets its own CUDA graph, so no forward replays a larger one
+        padded. Said once per new set of sizes, with the time it took (captures delay every worker's start)."""
+        from inferstream.backends.cuda_graphs import request_sums
+
+        top = max(capacity, self.max_batch)
+        self._granule = math.gcd(self._granule, capacity)
+        warm = self._warm.setdefault((height, width), set())
+        if self._stream is None:  # no graphs on the CPU: one warm-up (lazy initialisation) per input size
+            sizes = [] if warm and max(warm) >= capacity else [top]
+        else:
+            sizes = [n for n in request_sums(self._granule, top) if n not in warm]
+        started = time.monotonic()
+        for n in sizes:
+            self.backend.warmup(n, (height, width))
+            warm.add(n)
+        if sizes and self._stream is not None:
+            say({"note": f"warmed up for batches of {', '.join(map(str, sizes))} at {height}x{width} in "
+                         f"{time.monotonic() - started:.1f} s"})
 
     def _tensor(self, client: _Client, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[Tensor, Any]:
         """A zeroed tensor for ``client`` and what to send it: the CUDA tensor itself (torch's reduction pickles
@@ -225,6 +251,8 @@ class ModelServer:
         started = time.perf_counter()
         try:
             with torch.inference_mode(), torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext():
+                if self._timers is not None:
+                    self._timers[0].record()
                 parts = [j.input[:j.asked] for j in jobs if j.input is not None]
                 outputs = self.backend(parts[0] if len(parts) == 1 else torch.cat(parts))
                 start = 0
@@ -232,12 +260,16 @@ class ModelServer:
                     for mine, out in zip(job.outputs, outputs):
                         mine[:job.asked].copy_(out[start:start + job.asked])
                     start += job.asked
+                if self._timers is not None:
+                    self._timers[1].record()
             if self._stream is not None:
                 self._stream.synchronize()
             answer: tuple[Any, ...] = ("done",)
             self.forwards += 1
             self.frames += start
-            self.busy_s += time.perf_counter() - started
+            busy = time.perf_counter() - started
+            self.busy_s += busy
+            self.device_s += self._timers[0].elapsed_time(self._timers[1]) / 1000 if self._timers else busy
         except Exception as exc:  # noqa: BLE001 (the forward failed: every worker in it hears why, the server goes on)
             answer = ("error", f"the forward failed: {type(exc).__name__}: {exc}")
         for job in jobs:
@@ -292,11 +324,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trust-checkpoint", action="store_true")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--mps-priority", choices=("normal", "below-normal"), default="normal",
+                    help="the server's scheduling priority as a CUDA MPS client: below-normal lets the workers' own "
+                    "kernels (letterbox, decoding) run ahead of its forwards")
     ap.add_argument("--die-with-parent", action="store_true", help="when the process that started it dies, end "
                     "once its workers are gone (the app's own server)")
     args = ap.parse_args(argv)
     if args.die_with_parent:  # the workers finish their streams when the app dies: serve them until they are gone
         die_with_parent(signal.SIGUSR1)
+    if args.mps_priority == "below-normal":  # read when CUDA starts, which loading the model does
+        os.environ["CUDA_MPS_CLIENT_PRIORITY"] = "1"
     try:
         backend = load_backend(args.model, device=args.device, precision=args.precision, backend=args.backend,
                                trust_checkpoint=args.trust_checkpoint, graph=args.graph)

@@ -19,6 +19,7 @@ import yaml
 from app.media import BLOBS
 from inferstream.app.config import load_config
 from inferstream.app.serving import served_config, server_command
+from inferstream.errors import ConfigError
 
 pytestmark = pytest.mark.pipeline
 
@@ -216,7 +217,10 @@ def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path, workers: int
         assert found["model_server_up"] == "1" and found["model_server_restarts_total"] == "0", text
         assert float(found["model_server_forwards_total"]) >= 20 and found["model_server_workers"] == str(workers), text
         # time in forwards: some, and never more than the run has lasted (one forward at a time)
-        assert 0 < float(found["model_server_busy_seconds_total"]) < time.monotonic() - started, text
+        busy = float(found["model_server_busy_seconds_total"])
+        assert 0 < busy < time.monotonic() - started, text
+        # the device's own time for those forwards: on the CPU the same time
+        assert 0 < float(found["model_server_device_seconds_total"]) <= busy, text
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     finally:
@@ -244,11 +248,11 @@ def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt:
     cfg = load_config({"sources": [{"test": "smpte"}] * 2,
                        "infer": {"model": str(person_pt), "device": "cuda", "precision": "fp16", "graph": "off",
                                  "trust-checkpoint": True, "confidence-threshold": 0.4,
-                                 "model-server": {"max-batch": 16, "delay-ms": 1.5}}})
+                                 "model-server": {"max-batch": 16, "delay-ms": 1.5,
+                                                  "mps-priority": "below-normal"}}})
     command = server_command(cfg, Path("/run/x/model.sock"))
     assert command[1:] == ["-m", "inferstream.model_server", "--listen", "/run/x/model.sock", "--die-with-parent",
-                           "--max-batch", "16",
-                           "--delay-ms", "1.5", "--model", str(person_pt), "--device", "cuda", "--precision", "fp16",
+                           "--max-batch", "16", "--delay-ms", "1.5", "--mps-priority", "below-normal", "--model", str(person_pt), "--device", "cuda", "--precision", "fp16",
                            "--graph", "off", "--trust-checkpoint"]
     worker = served_config(cfg, Path("/run/x/model.sock")).infer
     assert worker.properties == {"model": "ipc:///run/x/model.sock", "device": "cuda", "confidence-threshold": 0.4}
@@ -257,11 +261,14 @@ def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt:
     assert off.infer.model_server is None
     on = load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt), "model-server": True}})
     assert on.infer.model_server is not None and on.infer.model_server.max_batch == 32
+    assert on.infer.model_server.mps_priority == "normal"
+    with pytest.raises(ConfigError, match="mps-priority"):
+        load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt),
+                                                               "model-server": {"mps-priority": "high"}}})
 
 
 def test_a_cluster_run_with_a_model_server_is_refused_before_it_starts() -> None:
     from inferstream.app.cluster import run_cluster
-    from inferstream.errors import ConfigError
 
     cfg = load_config({"sources": [{"test": "smpte"}] * 2, "infer": {**BLOBS, "model-server": {}}})
     with pytest.raises(ConfigError, match="model-server serves the workers of one machine"):

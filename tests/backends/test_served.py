@@ -56,12 +56,13 @@ def serving(tmp_path: Path, model: str, device: str, *extra: str) -> Iterator[tu
 
 def _stop(proc: subprocess.Popen[str]) -> dict[str, int]:
     """Stop the server the way the app does (SIGTERM); its counts line, without the time it spent in forwards
-    (checked to be some)."""
+    (checked to be some, the device's share of it no more than all of it)."""
     proc.terminate()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
-    assert counts.pop("busy_s") > 0 or not counts["forwards"], counts
+    busy, device = counts.pop("busy_s"), counts.pop("device_s")
+    assert (busy > 0 and 0 < device <= busy) or not counts["forwards"], (busy, device, counts)
     return counts
 
 
@@ -130,6 +131,41 @@ def test_two_workers_requests_run_as_one_forward_each_getting_its_own_frames(
         for w in workers:
             w.close()
         assert _stop(proc) == {"forwards": 1, "frames": 4, "workers": 2}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CUDA graphs)")
+def test_on_a_gpu_three_requests_of_8_run_their_own_graph_of_24(tmp_path: Path) -> None:
+    """Every sum of whole requests gets a CUDA graph of its own: three workers' batches of 8 run as one forward of
+    24 frames, not a graph of 32 padded by a third, and each worker gets its own frames' outputs."""
+    if not CARRIED.is_file():
+        pytest.skip("needs the GPU machine's carried model (bench/gpu/make_model.py)")
+    model, size = str(CARRIED), 640
+    local = _local(model, "cuda", False)
+    with serving(tmp_path, model, "cuda", "--delay-ms", "20000") as (spec, proc):
+        workers = [load_backend(spec, device="cuda") for _ in range(3)]
+        for w in workers:
+            w.warmup(8, (size, size))
+        frames = [_frames(8, 20 + k, "cuda", size).to(local.dtype) for k in range(3)]
+        outputs: dict[int, list[torch.Tensor]] = {}
+
+        def ask(k: int) -> None:
+            outputs[k] = [o.clone() for o in workers[k](frames[k])]
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for k in range(3):
+            _assert_same(outputs[k], local(frames[k]))
+        for w in workers:
+            w.close()
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+    notes = [json.loads(line)["note"] for line in out.splitlines() if '"note"' in line]
+    assert notes == ["warmed up for batches of 8, 16, 24, 32 at 640x640 in " + notes[0].rsplit(" in ", 1)[1]], notes
+    counts = json.loads(out.strip().splitlines()[-1])
+    assert (counts["forwards"], counts["frames"]) == (1, 24), err
 
 
 def test_no_server_at_the_socket_is_a_clear_error(tmp_path: Path) -> None:

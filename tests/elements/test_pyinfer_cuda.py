@@ -183,6 +183,19 @@ def test_graph_buckets_are_powers_of_two_below_the_batch_and_the_batch() -> None
         graph_buckets(0)
 
 
+def test_a_model_server_captures_every_sum_of_whole_requests_up_to_its_max_batch() -> None:
+    from inferstream.backends.cuda_graphs import request_sums
+
+    assert request_sums(8, 64) == [8, 16, 24, 32, 40, 48, 56, 64]  # three requests of 8 run 24, not 32 padded
+    assert request_sums(8, 32) == [8, 16, 24, 32]
+    assert request_sums(4, 64) == [8, 16, 24, 32, 40, 48, 56, 64]  # past 12 sizes: two requests a step
+    assert request_sums(1, 32) == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 32]
+    assert request_sums(40, 32) == [32]  # a request larger than max-batch runs alone, at its own size
+    assert request_sums(6, 32) == [6, 12, 18, 24, 30, 32]
+    with pytest.raises(ValueError, match="expected >= 1, got 0, 32"):
+        request_sums(0, 32)
+
+
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"graph": "sometimes"}, "graph='sometimes' is not one of auto, off, cuda-graph"),
     ({"graph": "cuda-graph", "device": "cpu"}, "graph=cuda-graph needs a CUDA device"),

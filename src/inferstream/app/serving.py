@@ -36,7 +36,7 @@ STOP_TIMEOUT_S: Final = 10.0
 RECONNECT_S: Final = 60.0  # how long workers wait for a server that ended, while it may be started again
 # pyinfer properties that the server applies; the workers' elements get the socket instead
 SERVER_OPTIONS: Final = ("model", "device", "precision", "backend", "graph", "trust-checkpoint")
-COUNTS: Final = ("frames", "forwards", "busy_s")  # what the server counts, in its stats lines and its last line
+COUNTS: Final = ("frames", "forwards", "busy_s", "device_s")  # what the server counts, in its stats lines and its last line
 
 
 def server_command(cfg: AppConfig, socket: Path) -> list[str]:
@@ -45,7 +45,8 @@ def server_command(cfg: AppConfig, socket: Path) -> list[str]:
     props = {k.replace("_", "-"): v for k, v in cfg.infer.properties.items()}
     command = [sys.executable, "-m", "inferstream.model_server", "--listen", str(socket), "--die-with-parent",
                "--max-batch", str(cfg.infer.model_server.max_batch),
-               "--delay-ms", str(cfg.infer.model_server.delay_ms)]
+               "--delay-ms", str(cfg.infer.model_server.delay_ms),
+               "--mps-priority", cfg.infer.model_server.mps_priority]
     for key in SERVER_OPTIONS:
         if key == "trust-checkpoint":
             command += ["--trust-checkpoint"] if props.get(key) in (True, "true", "1") else []
@@ -176,6 +177,9 @@ class _Server:
             *metric_lines("model_server_busy_seconds_total", "counter", "Seconds the model server spent in "
                           "forwards (its rate is how busy the model is: near 1, the GPU bounds the run)",
                           [("", total["busy_s"])]),
+            *metric_lines("model_server_device_seconds_total", "counter", "Seconds the device took for those forwards, "
+                          "timed on it (CUDA events; on the CPU the same as busy): busy minus this is the host's share",
+                          [("", total["device_s"])]),
             *metric_lines("model_server_workers", "gauge", "Batch-groups connected to the model server",
                           [("", live.get("workers", 0))]),
         ]) + "\n"
@@ -190,13 +194,16 @@ class _Server:
 
 
 def _read_lines(stream: IO[bytes], said: Queue[dict[str, Any] | None], server: _Server) -> None:
-    """The server's JSON lines: its stats go to ``server.live``, the rest to ``said``; None at its end."""
+    """The server's JSON lines: its stats go to ``server.live``, its notes to the console, the rest to ``said``; None
+    at its end."""
     with stream:
         for line in stream:
             with contextlib.suppress(ValueError):
                 message = json.loads(line)
                 if isinstance(message, dict) and isinstance(message.get("stats"), dict):
                     server.live = message["stats"]
+                elif isinstance(message, dict) and isinstance(message.get("note"), str):
+                    server.say(f"model server: {message['note']}")  # e.g. how long its graphs took to capture
                 elif isinstance(message, dict):
                     said.put(message)
     said.put(None)

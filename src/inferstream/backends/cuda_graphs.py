@@ -7,6 +7,7 @@ back to n rows). A capture that fails is reported (``status``) and, unless stric
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -26,6 +27,18 @@ def graph_buckets(batch_size: int) -> list[int]:
         raise ValueError(f"batch_size: expected >= 1, got {batch_size}")
     buckets = [1 << i for i in range(batch_size.bit_length()) if 1 << i < batch_size]
     return [*buckets, batch_size]
+
+
+def request_sums(granule: int, max_batch: int, most: int = 12) -> list[int]:
+    """Batch sizes a model server captures when requests come in ``granule`` frames: every sum of whole requests
+    up to ``max_batch`` (``8, 64 -> [8, 16, 24, ..., 64]``), so that three requests of 8 run a graph of 24, not
+    one of 32 padded by a third. At most ``most`` sizes (a step of several requests past that, each capture
+    costing start-up time and graph memory), and ``max_batch`` itself."""
+    if granule < 1 or max_batch < 1:
+        raise ValueError(f"granule and max_batch: expected >= 1, got {granule}, {max_batch}")
+    step = granule * math.ceil(max_batch / (granule * most))
+    sizes = list(range(step, max_batch + 1, step))
+    return sizes if sizes and sizes[-1] == max_batch else [*sizes, max_batch]
 
 
 class _Captured:
