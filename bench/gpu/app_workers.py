@@ -7,7 +7,8 @@ against the bare model ceiling measured in the same call.
 
 Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does both). Phases:
   clips     a few distinct 1080p H.264 clips made there (x264enc; the H200 has no NVENC), shared by the streams
-  ceiling   the bare TorchScript on a static fp16 input, one CUDA graph replayed (NCHW and channels_last), per batch
+  ceiling   the bare TorchScript on a static fp16 input, one CUDA graph replayed (NCHW, channels_last, and channels_last
+            with cuDNN autotuning), per batch
             size: what the model alone reaches, with no wrapper copies
   runs      for each workers count, with and without pytracker: the app as a subprocess on a YAML config
             (decode: nvh264dec, infer.device: cuda, batch-size min(32, streams per worker), fakesink);
@@ -21,7 +22,7 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             each its own batch-group), ``m`` the app's ``infer.model-server`` (one process runs the batches of
             every worker; ``dX`` its ``delay-ms``, ``xN`` its ``max-batch``; the table gives its frames per forward
             and the share of the time it spent in forwards, both between 25 % and 90 % of the frames; ``pb`` its
-            ``mps-priority: below-normal``), ``o`` with ``--ab-old``: this run on the older tree only (with any
+            ``mps-priority: below-normal``, ``ce`` its ``capture: every-sum``), ``o`` with ``--ab-old``: this run on the older tree only (with any
             ``o`` run, the others run on this tree only, not on both), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
             once), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
@@ -77,13 +78,16 @@ def make_clips(out: Path, count: int, frames: int) -> list[Path]:
 
 
 def bare_ceiling(batches: list[int], reps: int = 5) -> dict[str, Any]:
-    """img/s of one CUDA graph of the TorchScript on a static fp16 batch (median of ``reps`` timings)."""
+    """img/s of one CUDA graph of the TorchScript on a static fp16 batch (median of ``reps`` timings): NCHW,
+    channels_last, and channels_last with cuDNN's autotuning on (``autotune``: each convolution's algorithm timed
+    before the capture instead of picked by heuristics; the app leaves it off)."""
     import torch
 
     out: dict[str, Any] = {}
-    for layout in ("nchw", "channels_last"):
+    for layout in ("nchw", "channels_last", "autotune"):
+        torch.backends.cudnn.benchmark = layout == "autotune"
         model = torch.jit.load(str(MODEL), map_location="cuda").half().eval()
-        fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+        fmt = torch.contiguous_format if layout == "nchw" else torch.channels_last
         model = model.to(memory_format=fmt)
         for b in batches:
             x = torch.rand((b, 3, 640, 640), device="cuda").half().contiguous(memory_format=fmt)
@@ -110,6 +114,7 @@ def bare_ceiling(batches: list[int], reps: int = 5) -> dict[str, Any]:
             del graph
         del model
         torch.cuda.empty_cache()
+    torch.backends.cudnn.benchmark = False
     return out
 
 
@@ -303,6 +308,7 @@ class Spec:
     delay_ms: float = 0.0
     max_batch: int = 32  # the model server's max-batch
     below_normal: bool = False  # the model server's mps-priority: below-normal
+    every_sum: bool = False  # the model server's capture: every-sum
     old_only: bool = False  # with --ab-old: this run on the older tree only (else each run on both)
 
     @classmethod
@@ -327,6 +333,8 @@ class Spec:
                 opts["max_batch"] = int(value)
             elif field_ == "pb":
                 opts["below_normal"] = True
+            elif field_ == "ce":
+                opts["every_sum"] = True
             elif field_ == "o":
                 opts["old_only"] = True
             else:
@@ -363,7 +371,8 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
                   **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
                   **({"in-flight": spec.in_flight} if spec.in_flight > 1 else {}),
                   **({"model-server": {"delay-ms": spec.delay_ms, "max-batch": spec.max_batch,
-                                       **({"mps-priority": "below-normal"} if spec.below_normal else {})}}
+                                       **({"mps-priority": "below-normal"} if spec.below_normal else {}),
+                                       **({"capture": "every-sum"} if spec.every_sum else {})}}
                      if spec.server else {})},
         "sink": {"type": "fakesink"},
     }
@@ -372,13 +381,14 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
     name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-f{spec.in_flight}-{'track' if tracker else 'notrack'}-mps{mps}"
             f"{f'-si{switch_s}' if switch_s else ''}{f'-server{spec.delay_ms:g}' if spec.server else ''}"
             f"{f'-x{spec.max_batch}' if spec.server and spec.max_batch != 32 else ''}"
-            f"{'-below' if spec.below_normal else ''}"
+            f"{'-below' if spec.below_normal else ''}{'-everysum' if spec.every_sum else ''}"
             f"{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s)
     res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances,
                 "in_flight": spec.in_flight, "mps": mps, "server": spec.server, "delay_ms": spec.delay_ms,
                 "max_batch": spec.max_batch, "mps_priority": "below-normal" if spec.below_normal else "normal",
+                "capture": "every-sum" if spec.every_sum else "powers-of-two",
                 "code": side or "this tree",
                 "switch_interval_s": switch_s or sys.getswitchinterval()})
     ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
@@ -444,6 +454,7 @@ def main() -> int:
                   f"device {r.get('server_device_busy', '-')} ({r.get('server_device_ms_per_forward', '-')} ms a "
                   f"forward), GIL {r.get('server_gil_busy', '-')}, warm-up {r.get('server_warm_s', '-')} s"
                   f"{', MPS priority below normal' if r.get('mps_priority') == 'below-normal' else ''}"
+                  f"{', a graph for every sum' if r.get('capture') == 'every-sum' else ''}"
                   if r.get("server") else "no")
         lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "

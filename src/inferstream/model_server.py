@@ -4,9 +4,9 @@
 
 Workers load ``model=ipc:///run/x/model.sock`` (``backends.served``): each registers its input size and batch
 size, gets input and output tensors shared with it (CUDA IPC on a GPU, a file in ``/dev/shm`` on the CPU), and
-sends ``("run", n)`` once its batch is in its input. On a GPU the server captures a CUDA graph for every sum of
-whole requests up to ``max-batch``. Its one thread takes every request that is waiting, up to ``max-batch``
-frames, runs them as one forward on its own CUDA stream, copies each worker's outputs into
+sends ``("run", n)`` once its batch is in its input. The server's one thread takes every request that is waiting,
+up to ``max-batch`` frames, runs them as one forward (on a GPU: on the cheapest cover of its frames by the
+captured CUDA graphs, ``backends.cuda_graphs``) on its own CUDA stream, copies each worker's outputs into
 that worker's tensors, waits for the stream and answers ``("done",)``. It never waits for a batch to fill
 (``--delay-ms`` lets it wait that long for workers that have not asked yet): with the GPU busy, requests pile up
 while a forward runs, and the next forward takes them all.
@@ -64,11 +64,13 @@ class _Client:
 class ModelServer:
     """The serving loop (see the module docstring); ``serve`` runs it until ``stop``."""
 
-    def __init__(self, backend: Backend, max_batch: int = 32, delay_s: float = 0.0) -> None:
+    def __init__(self, backend: Backend, max_batch: int = 32, delay_s: float = 0.0, every_sum: bool = False) -> None:
+        """``every_sum``: on a GPU, capture a graph for every sum of whole requests up to ``max_batch``
+        (``--capture every-sum``), not only the powers of two."""
         import torch
         import torch.multiprocessing  # registers torch's CUDA IPC reductions with the pickler
 
-        self.backend, self.max_batch, self.delay_s = backend, max_batch, delay_s
+        self.backend, self.max_batch, self.delay_s, self.every_sum = backend, max_batch, delay_s, every_sum
         self._stream = torch.cuda.Stream(backend.device) if backend.device.type == "cuda" else None
         # a forward's start and end on the device: how long the GPU itself took, apart from the host around it
         self._timers = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -202,25 +204,28 @@ class ModelServer:
         return shared_in, [shared for _, shared in made]
 
     def _warm_up(self, capacity: int, height: int, width: int) -> None:
-        """Warm the model up for the forwards that requests of ``capacity`` frames make. On a GPU that is every sum
-        of whole requests (``request_sums``): each gets its own CUDA graph, so no forward replays a larger one
-        padded. Said once per new set of sizes, with the time it took (captures delay every worker's start)."""
+        """Warm the model up for the forwards that requests of ``capacity`` frames make: up to ``max_batch`` (or
+        ``capacity`` when larger), which on a GPU captures the graphs of the powers of two below it and of itself;
+        with ``every_sum``, every sum of whole requests too (``request_sums``), so that no forward needs a larger
+        graph padded or several. On a GPU it is said, with the time it took (captures delay every worker's
+        start)."""
         from inferstream.backends.cuda_graphs import request_sums
 
         top = max(capacity, self.max_batch)
         self._granule = math.gcd(self._granule, capacity)
         warm = self._warm.setdefault((height, width), set())
-        if self._stream is None:  # no graphs on the CPU: one warm-up (lazy initialisation) per input size
-            sizes = [] if warm and max(warm) >= capacity else [top]
-        else:
+        if self.every_sum and self._stream is not None:
             sizes = [n for n in request_sums(self._granule, top) if n not in warm]
+        else:
+            sizes = [] if any(n >= top for n in warm) else [top]
         started = time.monotonic()
         for n in sizes:
             self.backend.warmup(n, (height, width))
             warm.add(n)
         if sizes and self._stream is not None:
+            status = getattr(self.backend, "graph_status", "no CUDA graphs")
             say({"note": f"warmed up for batches of {', '.join(map(str, sizes))} at {height}x{width} in "
-                         f"{time.monotonic() - started:.1f} s"})
+                         f"{time.monotonic() - started:.1f} s ({status})"})
 
     def _tensor(self, client: _Client, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[Tensor, Any]:
         """A zeroed tensor for ``client`` and what to send it: the CUDA tensor itself (torch's reduction pickles
@@ -324,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trust-checkpoint", action="store_true")
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--delay-ms", type=float, default=0.0)
+    ap.add_argument("--capture", choices=("powers-of-two", "every-sum"), default="powers-of-two",
+                    help="on a GPU, the batch sizes to capture CUDA graphs for: powers of two up to max-batch (a "
+                    "forward runs on the cheapest cover by them), or also every sum of whole requests (a longer "
+                    "start)")
     ap.add_argument("--mps-priority", choices=("normal", "below-normal"), default="normal",
                     help="the server's scheduling priority as a CUDA MPS client: below-normal lets the workers' own "
                     "kernels (letterbox, decoding) run ahead of its forwards")
@@ -340,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     except InferstreamError as exc:
         print(f"model server: cannot load {args.model}: {exc}", file=sys.stderr)
         return 2
-    server = ModelServer(backend, max(1, args.max_batch), max(0.0, args.delay_ms) / 1000)
+    server = ModelServer(backend, max(1, args.max_batch), max(0.0, args.delay_ms) / 1000,
+                         every_sum=args.capture == "every-sum")
     Path(args.listen).unlink(missing_ok=True)
     listener = Listener(args.listen, family="AF_UNIX")
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -249,10 +249,11 @@ def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt:
                        "infer": {"model": str(person_pt), "device": "cuda", "precision": "fp16", "graph": "off",
                                  "trust-checkpoint": True, "confidence-threshold": 0.4,
                                  "model-server": {"max-batch": 16, "delay-ms": 1.5,
-                                                  "mps-priority": "below-normal"}}})
+                                                  "capture": "every-sum", "mps-priority": "below-normal"}}})
     command = server_command(cfg, Path("/run/x/model.sock"))
     assert command[1:] == ["-m", "inferstream.model_server", "--listen", "/run/x/model.sock", "--die-with-parent",
-                           "--max-batch", "16", "--delay-ms", "1.5", "--mps-priority", "below-normal", "--model", str(person_pt), "--device", "cuda", "--precision", "fp16",
+                           "--max-batch", "16", "--delay-ms", "1.5", "--capture", "every-sum",
+                           "--mps-priority", "below-normal", "--model", str(person_pt), "--device", "cuda", "--precision", "fp16",
                            "--graph", "off", "--trust-checkpoint"]
     worker = served_config(cfg, Path("/run/x/model.sock")).infer
     assert worker.properties == {"model": "ipc:///run/x/model.sock", "device": "cuda", "confidence-threshold": 0.4}
@@ -261,7 +262,7 @@ def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt:
     assert off.infer.model_server is None
     on = load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt), "model-server": True}})
     assert on.infer.model_server is not None and on.infer.model_server.max_batch == 32
-    assert on.infer.model_server.mps_priority == "normal"
+    assert (on.infer.model_server.capture, on.infer.model_server.mps_priority) == ("powers-of-two", "normal")
     with pytest.raises(ConfigError, match="mps-priority"):
         load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt),
                                                                "model-server": {"mps-priority": "high"}}})

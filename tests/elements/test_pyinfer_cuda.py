@@ -183,6 +183,33 @@ def test_graph_buckets_are_powers_of_two_below_the_batch_and_the_batch() -> None
         graph_buckets(0)
 
 
+# replay times of yolo11s fp16 in channels_last on the H200 (ms per replay: 1 / 2 / 4 / 8 / 16 / 32 frames)
+H200_MS = {1: 1.36, 2: 1.45, 4: 1.88, 8: 2.93, 16: 5.17, 32: 9.43}
+
+
+def test_a_batch_runs_on_the_cheapest_cover_by_the_graphs_replay_times() -> None:
+    from inferstream.backends.cuda_graphs import cheapest_cover
+
+    assert cheapest_cover(32, H200_MS) == [32]
+    assert cheapest_cover(24, H200_MS) == [16, 8]  # 8.15 ms against 9.43 for 32 padded by a third
+    assert cheapest_cover(20, H200_MS) == [16, 4]
+    assert cheapest_cover(28, H200_MS) == [32]  # 16 + 8 + 4 would take 10.08 ms
+    assert cheapest_cover(5, H200_MS) == [8]  # 4 + 1 would take 3.29 ms
+    assert cheapest_cover(24, {**H200_MS, 24: 7.4}) == [24]  # a graph of the exact size beats any split
+    assert cheapest_cover(24, H200_MS, overhead=2.0) == [32]  # when a further replay costs more than it saves
+    assert cheapest_cover(16, {8: 2.0, 16: 4.0}) == [16]  # a tie: the fewer replays
+    assert cheapest_cover(3, {}) == []
+
+
+def test_each_graph_of_a_cover_runs_its_own_rows_of_the_batch() -> None:
+    from inferstream.backends.cuda_graphs import split_rows
+
+    assert split_rows(24, [16, 8]) == [(16, 0, 16), (8, 16, 8)]
+    assert split_rows(21, [16, 8]) == [(16, 0, 16), (8, 16, 5)]  # the last graph padded
+    assert split_rows(7, [8]) == [(8, 0, 7)]
+    assert split_rows(16, [16, 8]) == [(16, 0, 16)]  # nothing left for a second graph
+
+
 def test_a_model_server_captures_every_sum_of_whole_requests_up_to_its_max_batch() -> None:
     from inferstream.backends.cuda_graphs import request_sums
 
@@ -241,6 +268,30 @@ def test_cuda_graph_replay_matches_eager_for_padded_batches(tmp_path: Path, batc
         with torch.inference_mode():
             torch.testing.assert_close(g.cpu(), reference(x), atol=1e-2, rtol=1e-2)
     assert graphed.graph_status.startswith("cuda-graph")
+
+
+@needs_cuda
+def test_a_batch_split_over_two_graphs_gives_the_eager_outputs_of_every_frame(tmp_path: Path) -> None:
+    """24 frames on graphs of 16 and 8 replayed one after the other (the cover their replay times make cheapest):
+    each frame's outputs, in order, as eager gives them, in tensors the next call does not overwrite."""
+    from inferstream.backends.loader import load_backend
+
+    path = _traced(tmp_path)
+    graphed = load_backend(str(path), device="cuda", precision="fp32", graph="cuda-graph")
+    eager = load_backend(str(path), device="cuda", precision="fp32", graph="off")
+    graphed.warmup(32, (64, 64))
+    graphs = graphed._graphs  # the times of yolo11s on the H200, so that 16 + 8 is the cheapest cover of 24
+    assert graphs is not None
+    for (size, _, _), captured in graphs._graphs.items():
+        captured.ms = H200_MS[size]
+    graphs._plans.clear()
+    x = torch.rand(24, 3, 64, 64, generator=torch.Generator().manual_seed(3)).cuda()
+    (split,) = graphed(x)
+    assert graphs._plans[24, 64, 64] == [16, 8]
+    (again,) = graphed(x.flip(0))  # a second call: the first one's outputs stay as they were
+    (e,) = eager(x)
+    torch.testing.assert_close(split, e, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(again, e.flip(0), atol=1e-2, rtol=1e-2)
 
 
 @needs_cuda

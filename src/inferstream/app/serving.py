@@ -46,7 +46,7 @@ def server_command(cfg: AppConfig, socket: Path) -> list[str]:
     command = [sys.executable, "-m", "inferstream.model_server", "--listen", str(socket), "--die-with-parent",
                "--max-batch", str(cfg.infer.model_server.max_batch),
                "--delay-ms", str(cfg.infer.model_server.delay_ms),
-               "--mps-priority", cfg.infer.model_server.mps_priority]
+               "--capture", cfg.infer.model_server.capture, "--mps-priority", cfg.infer.model_server.mps_priority]
     for key in SERVER_OPTIONS:
         if key == "trust-checkpoint":
             command += ["--trust-checkpoint"] if props.get(key) in (True, "true", "1") else []

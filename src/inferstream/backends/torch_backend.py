@@ -82,7 +82,7 @@ class TorchBackend:
 
     @property
     def graph_status(self) -> str:
-        """"off", "cuda-graph (k captured)" or "eager: capture failed (...)"."""
+        """"off", "cuda-graph (k captured, replay times: ...)" or "eager: capture failed (...)"."""
         if self._graphs is None:
             return "off"
         return self._graphs.status
