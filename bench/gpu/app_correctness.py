@@ -92,7 +92,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--frames", type=int, default=96,
-                    help="frames per stream (the carried clip's 96: make_check_inputs.py --frames 96)")
+                    help="frames per stream (the carried clip's 96: make_check_inputs.py)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--model", type=Path, default=CARRY / "models" / "person-yolov8s.torchscript")
     ap.add_argument("--clip", type=Path, default=CARRY / "clips" / "vtest-h264.mp4")

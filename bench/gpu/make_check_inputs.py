@@ -60,7 +60,7 @@ def encode_vtest(out: Path, frames: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--frames", type=int, default=24)
+    ap.add_argument("--frames", type=int, default=96, help="frames of vtest in the clip (app_correctness.py runs 96)")
     args = ap.parse_args()
     trace_person_detector(CARRY / "models" / "person-yolov8s.torchscript")
     encode_vtest(CARRY / "clips" / "vtest-h264.mp4", args.frames)
