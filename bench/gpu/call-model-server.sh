@@ -7,7 +7,7 @@
 # come first); PROFILE=0 samples no worker with py-spy. APP_CHECK=1 first compares the app on the GPU with a model
 # server against the app on the CPU (app_correctness.py; carry .gpu-carry/clips and .gpu-carry/models).
 set -o pipefail; T0=$SECONDS
-RUNS=${RUNS:-8:on:yes:b8:m:f2,8:on:yes:b8:m:f2:o,8:on:yes:b8:m:f2:pb,8:on:yes:b8:m:f2:ce,8:on:yes:b8:m:f2:x64,16:on:yes:b4:m:f2:pb}
+RUNS=${RUNS:-8:on:yes:b8:m:f2,8:on:yes:b8:m:f2:o,8:on:yes:b8:m:f2:pb,8:on:yes:b8:m:f2:ce,16:on:yes:b4:m:f2:pb}
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
 python -m pip install -q --no-index --no-deps .gpu-carry/appwheels/*.whl >/dev/null 2>&1; python -m pip install -q --no-index --no-deps .gpu-carry/wheels/py_spy-*.whl >/dev/null 2>&1
 python -c "import yaml, pydantic, inferstream.app.cli" || exit 3; python -c "import scipy" || echo "NO SCIPY: pytracker runs fail"; echo "prov $((SECONDS-T0)) s"
