@@ -275,6 +275,10 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
         result["per_forward"] = round(int(forwards[1]) / int(forwards[2]), 2)
     if warmed := re.findall(r"model server: warmed up for batches of .* in (\S+) s", log):  # its graph captures
         result["server_warm_s"] = round(sum(map(float, warmed)), 1)
+    if batch := re.search(r"batch fill (\S+), wait (\S+) ms, infer (\S+) ms/batch", log):  # the run's summary
+        result["batch_wait_ms"], result["batch_infer_ms"] = float(batch[2]), float(batch[3])  # whole-run means
+    if startup := re.search(r"after (\S+) s of startup", log):
+        result["startup_s"] = float(startup[1])
     if len(samples) < 3 or samples[-1][1] < 0.5 * total:
         result["error"] = f"only {samples[-1][1] if samples else 0} of {total} frames seen (see {name}.log)"
         return result
@@ -446,8 +450,9 @@ def main() -> int:
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
              ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share, the device's | pytracker | MPS | GIL switch ms "
-              "| frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % | host cores | a worker's GIL busy | rc |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % | host cores | a worker's GIL busy "
+              "| a batch's wait / life, ms | rc |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
@@ -459,7 +464,8 @@ def main() -> int:
         lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
-                     f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | {r['rc']}"
+                     f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | "
+                     f"{r.get('batch_wait_ms', '-')} / {r.get('batch_infer_ms', '-')} | {r['rc']}"
                      + (f" ({r['error']})" if "error" in r else "") + " |")
     (args.out / "app_workers.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
