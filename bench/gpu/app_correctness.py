@@ -103,10 +103,11 @@ def main() -> int:
     args = ap.parse_args()
     report: dict[str, Any] = {"streams": args.streams, "frames": args.frames, "workers": args.workers,
                               "preprocess": args.preprocess}
-    for side, gpu in (("gpu", True), ("cpu", False)):
+    for side, on_gpu in (("gpu", True), ("cpu", False)):
         folder = args.out / side
-        report[side] = run(config(args, folder, gpu), folder, args.workers if gpu else 1)
-    per_stream, tracked, frames = [], 0, 0
+        report[side] = run(config(args, folder, on_gpu), folder, args.workers if on_gpu else 1)
+    per_stream: list[dict[str, Any]] = []
+    tracked, frames = 0, 0
     for i in range(args.streams):
         paths = [args.out / side / f"cam{i}.jsonl" for side in ("gpu", "cpu")]
         if not all(p.is_file() for p in paths):
