@@ -236,3 +236,18 @@ def test_resize_first_stays_within_tens_of_levels_and_the_float_path_within_a_fe
     mean, bias, p999, worst = _levels(first, exact)
     assert mean < 0.95 and abs(bias) < 0.5 and p999 < 10 and 5 < worst < 40, (mean, bias, p999, worst)
     assert _levels(converted, exact)[3] < 5
+
+
+def test_packed_rgb_stretched_in_float_is_the_input_of_torchvisions_resize_bit_for_bit() -> None:
+    """RF-DETR's predict (and torchvision's tensor transforms) divide by 255, resize, then normalise: the float
+    path on an RGB frame must give exactly that input, as a random-weight DETR moves a query on a 1e-7 difference."""
+    import torchvision.transforms.functional as TF
+
+    rgb = np.ascontiguousarray(bus_bgr()[..., ::-1])
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    frame = RawFrame("RGB", rgb.shape[1], rgb.shape[0], (torch.from_numpy(rgb),))
+    ours, _ = preprocess_batch([frame], (384, 384), "cpu", torch.float32, exact=False, stretch=True, mean=mean,
+                               std=std)
+    chw = torch.from_numpy(rgb).permute(2, 0, 1).float().div_(torch.tensor(255.0))
+    reference = TF.normalize(TF.resize(chw, [384, 384], antialias=False), list(mean), list(std))
+    assert torch.equal(ours[0], reference)
