@@ -13,7 +13,8 @@ float kernels, whatever its size:
   path's bytes are; out-of-gamut pixels at sharp saturated edges are clamped before the resize, as there;
 - the RGB is resized with bilinear ``interpolate`` (half-pixel centres, no antialiasing: cv2's ``INTER_LINEAR``
   geometry) straight to the letterboxed size and scaled by 1/255; packed RGB input is divided by 255 first and
-  then resized, the order of torchvision's and RF-DETR's own predict, so that their input is equalled bit for bit;
+  then resized, the order of torchvision's and RF-DETR's own predict, so that on the CPU their input is equalled bit
+  for bit;
 - groups larger than ``MAX_CHUNK_PIXELS`` of source are converted a chunk at a time, to bound the memory the
   full-resolution RGB takes.
 
@@ -69,8 +70,9 @@ def resize_rgb_into(frames: Sequence[RawFrame], out: Tensor, *, resize_first: bo
     if first.format not in PLANAR_FORMATS:
         reversed_ = colour_bytes(first)[1]
         rgb = gather_planes([colour_bytes(f)[0] for f in frames], out.device, out.dtype).permute(0, 3, 1, 2)
-        # into [0, 1] first, by a true division, then resize: the float families' own predict (RF-DETR's,
-        # torchvision's) does it in this order, and a random-weight DETR moves a query on a 1e-7 difference
+        # into [0, 1] first, then resize: the float families' own predict (RF-DETR's, torchvision's) does it in
+        # this order, and a random-weight DETR moves a query on a 1e-7 difference. Bit for bit on the CPU only:
+        # CUDA turns a division by a scalar into a multiplication by its reciprocal
         rgb = F.interpolate(rgb.div_(255), size=size, mode="bilinear", align_corners=False, antialias=False)
         return out.copy_(rgb.flip(1) if reversed_ else rgb)
     if resize_first:
