@@ -1,6 +1,6 @@
 # The device calls for the model server (infer.model-server): on the H200 machine, from the repository root with
-# .gpu-carry carried (bench/gpu/README.md): the CUDA tests of the served backend and of the CUDA graphs, then the app with and without the
-# server. Writes pytest.log, pytest-graphs.log, h.json / h.md (the app_workers tables) and runlogs.txt to $OUT.
+# .gpu-carry carried (bench/gpu/README.md): the CUDA tests of the served backend and of the CUDA graphs, then the
+# app with and without the server. Writes pytest.log, pytest-graphs.log, h.json / h.md (the app_workers tables) and runlogs.txt to $OUT.
 # RUNS=... replaces the app_workers --runs list (the default: the eleventh session's plan, BENCHMARKS.md);
 # AB_OLD=.gpu-carry/old/src runs each also on that older src/ (git archive OLD src | tar -x -C .gpu-carry/old),
 # alternating, or only the runs marked :o. RUN_TIMEOUT=S bounds each run (default 120: the server's graph captures
@@ -11,8 +11,14 @@ RUNS=${RUNS:-8:on:yes:b8:m:f2,8:on:yes:b8:m:f2:o,8:on:yes:b8:m:f2:pb,8:on:yes:b8
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
 python -m pip install -q --no-index --no-deps .gpu-carry/appwheels/*.whl >/dev/null 2>&1; python -m pip install -q --no-index --no-deps .gpu-carry/wheels/py_spy-*.whl >/dev/null 2>&1
 python -c "import yaml, pydantic, inferstream.app.cli" || exit 3; python -c "import scipy" || echo "NO SCIPY: pytracker runs fail"; echo "prov $((SECONDS-T0)) s"
-[ "${TESTS:-1}" = 1 ] && timeout 150 python -m pytest -q -p no:cacheprovider -rs tests/backends/test_served.py -k "cuda or gpu" > $OUT/pytest.log 2>&1; grep -E "passed|failed|FAILED|Error" $OUT/pytest.log | tail -12
-[ "${TESTS:-1}" = 1 ] && timeout 90 python -m pytest -q -p no:cacheprovider -rs tests/elements/test_pyinfer_cuda.py -k "graph" > $OUT/pytest-graphs.log 2>&1; grep -E "passed|failed|FAILED|Error" $OUT/pytest-graphs.log | tail -8
+cuda_tests() {  # LOG SECONDS PYTEST-ARGS...: one pytest run, its outcome lines echoed
+  local log=$OUT/$1 limit=$2; shift 2
+  timeout "$limit" python -m pytest -q -p no:cacheprovider -rs "$@" > "$log" 2>&1; grep -E "passed|failed|FAILED|Error" "$log" | tail -12
+}
+if [ "${TESTS:-1}" = 1 ]; then
+  cuda_tests pytest.log 150 tests/backends/test_served.py -k "cuda or gpu"
+  cuda_tests pytest-graphs.log 90 tests/elements/test_pyinfer_cuda.py -k graph
+fi
 echo "tests $((SECONDS-T0)) s"
 [ "${APP_CHECK:-0}" = 1 ] && { timeout 200 python bench/gpu/app_correctness.py --out $OUT/check ${APP_CHECK_ARGS:-} > $OUT/app_check.log 2>&1; tail -2 $OUT/app_check.log | cut -c1-1500; echo "app check $((SECONDS-T0)) s"; }
 timeout $((585-SECONDS+T0)) python bench/gpu/app_workers.py --out /tmp/h --frames 300 --run-timeout ${RUN_TIMEOUT:-120} --profile ${PROFILE:-4} --runs $RUNS ${AB_OLD:+--ab-old $AB_OLD} > $OUT/h.log 2>&1
