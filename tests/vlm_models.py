@@ -66,7 +66,7 @@ def reference_answers(folder: Path, images: list, prompt: str, max_new_tokens: i
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    model = AutoModelForImageTextToText.from_pretrained(folder, use_kernels=False).eval()
     processor = AutoProcessor.from_pretrained(folder)
     out = []
     for item in images:

@@ -24,7 +24,9 @@ def start_server() -> Iterator[Callable[..., str]]:
     procs: list[subprocess.Popen] = []
 
     def start(argv: list[str], port: int, health: str = "/health", timeout_s: float = 60.0) -> str:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        # USE_HUB_KERNELS=0: transformers serve >= 5.25 would load hub kernels by default (a download, and the
+        # `kernels` package); offline, the model loads as it is
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "USE_HUB_KERNELS": "0"}
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
         wait_healthy(proc, port, health, timeout_s)

@@ -128,7 +128,9 @@ class TransformersBackend:
         try:
             self.processor = AutoProcessor.from_pretrained(folder)
             dtype = "auto" if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
-            model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype)
+            # use_kernels=False: transformers >= 5.25 turns hub kernels on by default, which needs the `kernels`
+            # package and a download; a pipeline loads its folder offline, as it is
+            model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype, use_kernels=False)
             self.model = model.to(cfg.device).eval()  # type: ignore[arg-type]  # transformers' stub
         except Exception as exc:  # transformers raises ValueError/OSError/KeyError/...: all mean "not a VLM here"
             raise UnsupportedModelError(f"{cfg.model}: not a vision-language model that AutoModelForImageTextToText "
