@@ -343,7 +343,10 @@ class Spec:
                 opts["old_only"] = True
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
-        if w == "auto":
+        if w == "auto":  # as the app's auto_layout: a model server and two batches in flight, unless set here
+            if opts.get("instances", 1) == 1 and _auto_workers(streams, served=True) > 1:
+                opts["server"] = True
+                opts.setdefault("in_flight", 2)
             return cls(_auto_workers(streams, opts.get("server", False)), mps, tracker == "yes", auto=True, **opts)
         return cls(int(w), mps, tracker == "yes", **opts)
 
@@ -358,7 +361,7 @@ class Spec:
 
 
 def _auto_workers(streams: int, served: bool) -> int:
-    from inferstream.app.workers import cpu_cores, cuda_workers
+    from inferstream.app.layout import cpu_cores, cuda_workers
 
     return cuda_workers(streams, cpu_cores(), served)
 
@@ -373,7 +376,7 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
         "infer": {"model": str(MODEL), "device": "cuda", "max-latency": 50,
                   **({"batch-size": batch} if spec.batch >= 0 else {}),
                   **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
-                  **({"in-flight": spec.in_flight} if spec.in_flight > 1 else {}),
+                  **({"in-flight": spec.in_flight} if spec.in_flight > 1 or spec.auto else {}),
                   **({"model-server": {"delay-ms": spec.delay_ms, "max-batch": spec.max_batch,
                                        **({"mps-priority": "below-normal"} if spec.below_normal else {}),
                                        **({"capture": "every-sum"} if spec.every_sum else {})}}

@@ -22,7 +22,8 @@ import yaml
 from app.media import BLOBS, CLIP_FRAMES, decoded_frames
 from inferstream.app import api
 from inferstream.app.config import load_config
-from inferstream.app.workers import auto_workers, shards, worker_count, worker_environment
+from inferstream.app.layout import auto_workers, worker_count
+from inferstream.app.workers import shards, worker_environment
 from inferstream.app.workerstats import merge_batches
 from inferstream.errors import ConfigError
 

@@ -40,7 +40,8 @@ def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metri
     from inferstream.app.cluster import cluster_address, run_cluster
     from inferstream.app.config import load_config
     from inferstream.app.console import make_console
-    from inferstream.app.workers import run_config, worker_count
+    from inferstream.app.layout import auto_layout, worker_count
+    from inferstream.app.workers import run_config
 
     cfg = load_config(config)
     address = cluster_address(cluster, cfg)
@@ -49,6 +50,7 @@ def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metri
             raise ConfigError("frame hooks run in this process and see none of the frames of a cluster's workers")
         return run_cluster(cfg, address, workers, lambda: make_console(console, interval_s), metrics_port,
                            eos_timeout_s)
+    cfg = auto_layout(cfg, workers)
     count = worker_count(workers, cfg, hooks=bool(frame_hooks))
     return run_config(cfg, count, make_console(console, interval_s), metrics_port, eos_timeout_s, frame_hooks)
 

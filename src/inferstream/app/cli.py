@@ -82,8 +82,9 @@ def _run(args: argparse.Namespace) -> int:
     from inferstream.app.cluster import cluster_address, run_cluster
     from inferstream.app.config import load_config
     from inferstream.app.console import make_console
+    from inferstream.app.layout import auto_layout, worker_count
     from inferstream.app.pipeline import build_plan, launch_line
-    from inferstream.app.workers import run_config, worker_count
+    from inferstream.app.workers import run_config
     from inferstream.messaging.brokers.base import ENV_PASSWORD, redact_credentials
 
     cfg = load_config(args.config)
@@ -101,9 +102,11 @@ def _run(args: argparse.Namespace) -> int:
     if address is not None:
         return run_cluster(cfg, address, args.workers, lambda: make_console(args.console, args.interval),
                            args.metrics_port, args.eos_timeout, args.debug).exit_code
-    count = worker_count(args.workers, cfg)
+    laid_out = auto_layout(cfg, args.workers)
+    count = worker_count(args.workers, laid_out)
     console = make_console(args.console, args.interval)
-    return run_config(cfg, count, console, args.metrics_port, args.eos_timeout, plan=plan).exit_code
+    return run_config(laid_out, count, console, args.metrics_port, args.eos_timeout,
+                      plan=plan if laid_out is cfg else None).exit_code
 
 
 def _demo(args: argparse.Namespace) -> int:

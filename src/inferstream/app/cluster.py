@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from inferstream.app.config import AppConfig, Cluster
+from inferstream.app.layout import worker_count
 from inferstream.app.runner import RunError
-from inferstream.app.workers import worker_count
 from inferstream.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from typing import IO, Any, Final, Protocol
 from inferstream.app.children import describe_exit, relay_stderr
 from inferstream.app.config import AppConfig
 from inferstream.app.console import Console
+from inferstream.app.layout import cpu_cores
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
 from inferstream.app.mps import cuda_mps
 from inferstream.app.pipeline import Plan, build_plan
@@ -33,32 +34,10 @@ from inferstream.app.serving import model_server
 from inferstream.app.signals import StopSignals
 from inferstream.app.worker import decode_snapshot, encode_plan
 from inferstream.app.workerstats import health, merge_batches, worker_metrics
-from inferstream.errors import ConfigError
 
 TICK_S: Final = 0.1
-MAX_AUTO_CUDA: Final = 8  # more contexts than this only shrank the batches on the GPU host (BENCHMARKS.md)
-CORES_PER_CUDA_WORKER: Final = 4  # 4 workers beat 8 on the 16-core H200 host (BENCHMARKS.md, *Worker processes*)
-# with a model server 8 beat 4 there, and 16 gave no more (BENCHMARKS.md, *Model server on the H200*)
-CORES_PER_SERVED_WORKER: Final = 2
 STDERR_TAIL: Final = 20
 EXIT_GRACE_S: Final = 15.0  # after the EOS timeout, how long a worker may take to exit before it is killed
-
-
-def cpu_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def auto_workers(cfg: AppConfig, cores: int | None = None) -> int:
-    """``workers: auto``: on CUDA min(sources, 8, cores // 4), or cores // 2 with a model server; on CPU 1.
-
-    On the 16-core GPU host, 64 streams ran fastest as 4 processes, each with two batches in flight (the default
-    batch, ``pipeline.default_batch``); 8 processes, each with one batch in flight, were slower. With a model
-    server the workers hold no model and their batches share forwards, so 8 were faster than 4. On CPU the model's
-    thread pool already uses every core (``BENCHMARKS.md``, *Worker processes*).
-    """
-    if not cfg.infer.device.startswith("cuda"):
-        return 1
-    return cuda_workers(len(cfg.sources), cores or cpu_cores(), served=cfg.infer.model_server is not None)
 
 
 def worker_environment(cfg: AppConfig, workers: int, cores: int | None = None,
@@ -74,37 +53,6 @@ def worker_environment(cfg: AppConfig, workers: int, cores: int | None = None,
     if not cfg.infer.device.startswith("cuda") and "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(1, (cores or cpu_cores()) // max(1, workers)))
     return env
-
-
-def cuda_workers(sources: int, cores: int, served: bool = False) -> int:
-    """``auto_workers``' rule on CUDA, for ``sources`` sources on ``cores`` cores (``served``: with a model
-    server)."""
-    per_worker = CORES_PER_SERVED_WORKER if served else CORES_PER_CUDA_WORKER
-    return max(1, min(sources, MAX_AUTO_CUDA, cores // per_worker))
-
-
-def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False) -> tuple[int, str | None]:
-    """How many workers to run for ``asked`` (N, ``auto``; None: the config's), and what to say about it.
-
-    Raises:
-        ConfigError: ``asked`` is neither a whole number >= 1 nor auto; frame hooks (``hooks``) with more than one
-            worker: they would see none of the frames.
-    """
-    asked = cfg.workers if asked is None else asked
-    if asked != "auto" and (type(asked) is not int or asked < 1):
-        raise ConfigError(f"workers: expected a whole number of at least 1, or auto (got {asked!r})")
-    n_sources = len(cfg.sources)
-    note = None
-    if asked == "auto":
-        n = auto_workers(cfg)
-        note = (f"workers: auto -> {n} ({n_sources} sources, device {cfg.infer.device}, "
-                f"{cpu_cores()} cores)" if n > 1 else None)
-    elif (n := int(asked)) > n_sources:  # int() for mypy: asked is an int here
-        n, note = n_sources, f"workers: {n} asked for {n_sources} source(s): running {n_sources}, one per source"
-    if n > 1 and hooks:
-        raise ConfigError(f"frame hooks run in this process and see none of the frames of {n} worker processes: "
-                          "run with workers=1")
-    return n, note
 
 
 def shards(n_sources: int, n_workers: int) -> list[range]:
