@@ -277,6 +277,8 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
         result["server_warm_s"] = round(sum(map(float, warmed)), 1)
     if batch := re.search(r"batch fill (\S+), wait (\S+) ms, infer (\S+) ms/batch", log):  # the run's summary
         result["batch_wait_ms"], result["batch_infer_ms"] = float(batch[2]), float(batch[3])  # whole-run means
+    if stages := re.search(r"a batch's time: (.*) ms$", log, re.MULTILINE):  # whole-run means per batch (ms)
+        result["batch_stages_ms"] = {k: float(v) for k, v in (part.rsplit(" ", 1) for part in stages[1].split(", "))}
     if startup := re.search(r"after (\S+) s of startup", log):
         result["startup_s"] = float(startup[1])
     if len(samples) < 3 or samples[-1][1] < 0.5 * total:
@@ -454,8 +456,8 @@ def main() -> int:
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
              ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share, the device's | pytracker | MPS | GIL switch ms "
               "| frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % | host cores | a worker's GIL busy "
-              "| a batch's wait / life, ms | rc |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| a batch's wait / life, ms | its stages, ms | rc |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
@@ -468,7 +470,8 @@ def main() -> int:
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
                      f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | "
-                     f"{r.get('batch_wait_ms', '-')} / {r.get('batch_infer_ms', '-')} | {r['rc']}"
+                     f"{r.get('batch_wait_ms', '-')} / {r.get('batch_infer_ms', '-')} | "
+                     f"{', '.join(f'{k} {v:g}' for k, v in r.get('batch_stages_ms', {}).items()) or '-'} | {r['rc']}"
                      + (f" ({r['error']})" if "error" in r else "") + " |")
     (args.out / "app_workers.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -115,6 +115,12 @@ class Pending:
     turn: int = 0  # on a batch's first frame: the batch's place in the order batches were taken
 
 
+# Where a batch's time goes, in order: waiting for its turn at the run lock (the batch before it still infers),
+# then ``ModelStep``'s preprocess, model and decode (host clock: on a GPU each stage ends when the host is done with
+# it, so a stage that waits for the device holds the wait), then handing out the results and tracking.
+STAGES = ("turn-wait", "preprocess", "model", "decode", "deliver")
+
+
 @dataclass
 class BatchStats:
     """Counters readable at runtime (the element exposes them as a read-only property)."""
@@ -123,15 +129,26 @@ class BatchStats:
     frames: int = 0
     wait_s: float = 0.0
     infer_s: float = 0.0
+    stage_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))  # summed over batches
 
     @property
     def mean_fill(self) -> float:
         return self.frames / self.batches if self.batches else 0.0
 
     def as_dict(self) -> dict[str, float]:
+        per_batch = 1e3 / max(self.batches, 1)
         return {"batches": self.batches, "frames": self.frames, "mean-fill": round(self.mean_fill, 3),
                 "mean-wait-ms": round(1e3 * self.wait_s / max(self.frames, 1), 3),
-                "mean-infer-ms": round(1e3 * self.infer_s / max(self.batches, 1), 3)}
+                "mean-infer-ms": round(self.infer_s * per_batch, 3),
+                **{f"mean-{stage}-ms": round(s * per_batch, 3) for stage, s in self.stage_s.items()}}
+
+    def add(self, frames: int, infer_s: float, stages: dict[str, float]) -> None:
+        """One batch of ``frames``: its time and its stages' (call with the group's lock held)."""
+        self.batches += 1
+        self.frames += frames
+        self.infer_s += infer_s
+        for stage, s in stages.items():
+            self.stage_s[stage] += s
 
 
 class BatchGroup:
@@ -260,17 +277,20 @@ class BatchGroup:
             t0 = time.monotonic()
             with ExitStack() as mapped:
                 with self._take_turn(batch[0].turn):
+                    turn_wait = time.monotonic() - t0
                     with priority():
                         inferred = self._infer(batch, mapped)
                     model = self.model
                     self._deliver_lock.acquire()  # before the next batch may start: delivery keeps the order
                 try:
+                    t1 = time.monotonic()
                     with priority():
                         self._deliver(inferred, model)
                         mapped.close()  # unmap while still in order (a failure here fails the whole batch)
                 finally:
                     self._deliver_lock.release()
-            self._count(batch, t0)
+            stages = {"turn-wait": turn_wait, **(model.stage_s if inferred else {}), "deliver": time.monotonic() - t1}
+            self._count(batch, t0, stages)
         except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
             for s in batch:
                 s.error = s.error or exc
@@ -293,12 +313,10 @@ class BatchGroup:
                 self._order.notify_all()
             yield
 
-    def _count(self, batch: list[Pending], t0: float) -> None:
+    def _count(self, batch: list[Pending], t0: float, stages: dict[str, float]) -> None:
         t1 = time.monotonic()
         with self._lock:
-            self.stats.batches += 1
-            self.stats.frames += len(batch)
-            self.stats.infer_s += t1 - t0
+            self.stats.add(len(batch), t1 - t0, stages)
             self.stats.wait_s += sum(t0 - s.arrived for s in batch)
 
     def _infer(self, batch: list[Pending], mapped: ExitStack) -> list[tuple[Pending, Detections]]:
@@ -364,10 +382,9 @@ class BatchGroup:
         with self._run_lock:
             dets = self._infer_or_roll_back(frames, params)
             labels = self.model.labels
+            stages = self.model.stage_s
         with self._lock:
-            self.stats.batches += 1
-            self.stats.frames += len(frames)
-            self.stats.infer_s += time.monotonic() - t0
+            self.stats.add(len(frames), time.monotonic() - t0, stages)
         return dets, labels
 
     def swap(self, model: ModelStep,

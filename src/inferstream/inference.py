@@ -2,6 +2,7 @@
 decode, one copy to the host). No GStreamer here (R6); ``runner/`` maps the frames and writes the results."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -77,6 +78,7 @@ class ModelStep:
             raise ConfigError(f"input-size {cfg.input_size} differs from the model's fixed input {info.input_size}")
         self.labels: tuple[str, ...] = info.names or cfg.labels or ()
         self._stream = _private_stream(self.backend.device)
+        self.stage_s = dict.fromkeys(("preprocess", "model", "decode"), 0.0)  # the latest batch's (batching.STAGES)
         self.decoder: Decoder = self._make_decoder()
         if "classes" in getattr(self._family_spec(), "kinds", ()) and self.labels \
                 and len(self.labels) != self.num_classes:
@@ -150,7 +152,15 @@ class ModelStep:
             raise UnsupportedModelError(f"the model failed on a {tuple(x.shape)} {x.dtype} input: {exc}") from exc
 
     def warmup(self, batch_size: int) -> None:
+        """Warm the backend up for ``batch_size``, then run one blank frame through the whole step: the decoder's
+        first call imports torchvision (its NMS), which would otherwise stall the first batch by seconds."""
+        import torch
+
+        from inferstream.rawframe import RawFrame
+
         self._on_thread(lambda: self.backend.warmup(batch_size, self.input_size))
+        height, width = self.input_size
+        self.infer([RawFrame("RGB", width, height, (torch.zeros((height, width, 3), dtype=torch.uint8),))])
 
     def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Detections (CPU tensors, frame pixels) for each frame, in order, computed on the model's thread."""
@@ -184,6 +194,7 @@ class ModelStep:
             unletterbox_xyxy,
         )
 
+        t0 = time.monotonic()
         with torch.inference_mode(), _on_stream(self._stream):
             exact, resize_first = _PREPROCESS[self.cfg.preprocess]
             spec = self.preprocess
@@ -198,7 +209,9 @@ class ModelStep:
                                          pad_value=spec.pad_value, bgr=spec.bgr,
                                          mean=spec.mean if spec.normalises else None,
                                          std=spec.std if spec.normalises else None)
+            t1 = time.monotonic()
             outputs = self.backend(batch)
+            t2 = time.monotonic()
             params = params or self.cfg.params
             coeffs = protos = None
             if hasattr(self.decoder, "flat") and not hasattr(self.decoder, "flat_masked"):  # the built-in decoders:
@@ -230,7 +243,9 @@ class ModelStep:
 
             with torch.inference_mode(), _on_stream(self._stream):
                 merged, counts = attach_masks(merged, counts, protos, coeffs, [(f.height, f.width) for f in frames])
-        return merged.split(counts)
+        out = merged.split(counts)
+        self.stage_s = {"preprocess": t1 - t0, "model": t2 - t1, "decode": time.monotonic() - t2}
+        return out
 
     def close(self) -> None:
         self._on_thread(self.backend.close)

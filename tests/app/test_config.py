@@ -173,3 +173,11 @@ def test_a_model_file_no_backend_loads_is_refused_with_the_loaders_suffixes(tmp_
     problems = _problems(tmp_path, GOOD.replace("blobs:color_blob_detector", str(tmp_path / "yolo11n.engine")))
     assert any(p.startswith(f"cfg.yaml:8: infer.model: {tmp_path / 'yolo11n.engine'}: no backend loads .engine files; "
                             "known suffixes: .onnx, .pt, .pth, .torchscript") for p in problems), problems
+
+
+def test_a_python_file_factory_is_a_model_and_a_missing_file_is_named(tmp_path: Path) -> None:
+    factory = tmp_path / "my_model.py"
+    factory.write_text("def make():\n    raise RuntimeError('not called by the check')\n")
+    assert load_config(_write(tmp_path, GOOD.replace("blobs:color_blob_detector", f"{factory}:make")))
+    problems = _problems(tmp_path, GOOD.replace("blobs:color_blob_detector", f"{tmp_path / 'gone.py'}:make"))
+    assert problems == [f"cfg.yaml:8: infer.model: model file not found: {tmp_path / 'gone.py'}"], problems

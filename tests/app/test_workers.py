@@ -263,10 +263,13 @@ def test_cpu_workers_get_their_share_of_the_cores_as_threads() -> None:
 
 
 def test_merge_batches_weights_means_by_what_they_average() -> None:
-    a = {"batches": 10, "frames": 40, "mean-fill": 4.0, "mean-wait-ms": 5.0, "mean-infer-ms": 20.0}
-    b = {"batches": 30, "frames": 30, "mean-fill": 1.0, "mean-wait-ms": 1.0, "mean-infer-ms": 10.0}
+    a = {"batches": 10, "frames": 40, "mean-fill": 4.0, "mean-wait-ms": 5.0, "mean-infer-ms": 20.0,
+         "mean-model-ms": 8.0}
+    b = {"batches": 30, "frames": 30, "mean-fill": 1.0, "mean-wait-ms": 1.0, "mean-infer-ms": 10.0,
+         "mean-model-ms": 4.0}
     merged = merge_batches([a, b, {}])
-    # the same numbers from the raw sums: 70 frames in 40 batches; 40*5 + 30*1 ms of waiting; 10*20 + 30*10 ms
+    # the same numbers from the raw sums: 70 frames in 40 batches; 40*5 + 30*1 ms of waiting; 10*20 + 30*10 ms;
+    # a stage per batch, as the infer time: 10*8 + 30*4 ms
     assert merged == {"batches": 40, "frames": 70, "mean-fill": 1.75, "mean-wait-ms": round(230 / 70, 3),
-                      "mean-infer-ms": 12.5}
+                      "mean-infer-ms": 12.5, "mean-model-ms": 5.0}
     assert merge_batches([{}, {}]) == {}

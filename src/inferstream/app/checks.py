@@ -80,10 +80,11 @@ def _infer_props(path: KeyPath, props: Any) -> list[Problem]:
         problems.append(Problem((*path, "model"), "required key is missing (a model file or module:factory, or an "
                                 "nvinfer config-file with onnx-file)"))
     elif isinstance(model, str) and _looks_like_file(model):
-        suffix = Path(model).suffix.lower()
-        if not Path(model).is_file():
-            problems.append(Problem((*path, "model"), f"model file not found: {model}"))
-        elif suffix not in MODEL_SUFFIXES and props.get("backend", "auto") == "auto":
+        file, factory = _factory_file(model)
+        suffix = Path(file).suffix.lower()
+        if not Path(file).is_file():
+            problems.append(Problem((*path, "model"), f"model file not found: {file}"))
+        elif not factory and suffix not in MODEL_SUFFIXES and props.get("backend", "auto") == "auto":
             problems.append(Problem((*path, "model"), f"{model}: no backend loads {suffix or 'suffix-less'} files; "
                                     f"known suffixes: {', '.join(MODEL_SUFFIXES)} (TensorRT engines: give the ONNX "
                                     "file, or force a runtime with backend=torch|onnxruntime)"))
@@ -99,6 +100,14 @@ def _nvinfer_file(path: KeyPath, config_file: str) -> list[Problem]:
     except ConfigError as exc:
         return [Problem(path, str(exc))]
     return []
+
+
+def _factory_file(model: str) -> tuple[str, bool]:
+    """The file a model spec names, and whether it names a factory in it (``path/to/file.py:make``), as the
+    loader reads it: a spec naming an existing file is a file."""
+    head, _, attr = model.rpartition(":")
+    is_factory = head.endswith(".py") and attr.isidentifier() and not Path(model).is_file()
+    return (head, True) if is_factory else (model, False)
 
 
 def _looks_like_file(model: str) -> bool:

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
+from inferstream.batching import STAGES
 from inferstream.messaging.brokers.base import redact_credentials
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ def summary_lines(snap: Snapshot) -> list[str]:
     startup = snap.elapsed_s - snap.active_s
     lines.append(f"total: {snap.total_frames} frames in {snap.active_s:.1f} s ({fps:.1f} fps) after "
                  f"{startup:.1f} s of startup; {_batch(snap)}")
+    stages = [f"{stage} {snap.batch[key]:.1f}" for stage in STAGES if (key := f"mean-{stage}-ms") in snap.batch]
+    if snap.batch.get("batches") and stages:
+        lines.append(f"a batch's time: {', '.join(stages)} ms")
     return lines
 
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from inferstream.batching import STAGES
+
 STATUSES: Final = ("starting", "running", "done", "failed", "stopped")
 FPS_WINDOW_S: Final = 3.0
 
@@ -181,7 +183,9 @@ def render_prometheus(snap: Snapshot) -> str:
              "frames": ("batched_frames_total", "counter", "Frames in those batches"),
              "mean-fill": ("batch_fill_mean", "gauge", "Mean frames per batch"),
              "mean-wait-ms": ("batch_wait_ms_mean", "gauge", "Mean wait of a frame for its batch, ms"),
-             "mean-infer-ms": ("batch_infer_ms_mean", "gauge", "Mean time per batch, ms")}
+             "mean-infer-ms": ("batch_infer_ms_mean", "gauge", "Mean time per batch, ms"),
+             **{f"mean-{stage}-ms": (f"batch_{stage.replace('-', '_')}_ms_mean", "gauge",
+                                     f"Mean time per batch in its {stage} stage, ms") for stage in STAGES}}
     for key, (name, kind, help_) in names.items():
         if key in snap.batch:
             metric(name, kind, help_, [("", float(snap.batch[key]))])

@@ -13,15 +13,16 @@ if TYPE_CHECKING:
 
 def merge_batches(stats: Sequence[dict[str, float]]) -> dict[str, float]:
     """Several batch-groups' stats (pyinfer's ``stats``) as one: counts summed, means weighted by what they
-    average over (fill and wait per frame, infer time per batch)."""
+    average over (fill and wait per frame; infer time and its stages, ``mean-<stage>-ms``, per batch)."""
     batches = sum(s.get("batches", 0) for s in stats)
     frames = sum(s.get("frames", 0) for s in stats)
     if not batches:
         return {}
     wait = sum(s.get("mean-wait-ms", 0.0) * s.get("frames", 0) for s in stats)
-    infer = sum(s.get("mean-infer-ms", 0.0) * s.get("batches", 0) for s in stats)
+    per_batch = [k for k in dict.fromkeys(k for s in stats for k in s) if k.endswith("-ms") and k != "mean-wait-ms"]
     return {"batches": batches, "frames": frames, "mean-fill": round(frames / batches, 3),
-            "mean-wait-ms": round(wait / max(frames, 1), 3), "mean-infer-ms": round(infer / batches, 3)}
+            "mean-wait-ms": round(wait / max(frames, 1), 3),
+            **{k: round(sum(s.get(k, 0.0) * s.get("batches", 0) for s in stats) / batches, 3) for k in per_batch}}
 
 
 def worker_metrics(workers: Sequence[_Worker], order: Sequence[str]) -> str:
