@@ -100,6 +100,24 @@ def test_the_runner_and_the_model_step_import_no_gstreamer() -> None:
     assert out == "False"
 
 
+def test_the_warm_up_leaves_the_first_batch_nothing_to_import(tmp_path: Path) -> None:
+    """The decoder's NMS imports torchvision on its first call (seconds): the warm-up makes that call, not the
+    stream's first batch. Counted as modules imported by the first real batch, in a fresh interpreter."""
+    model = tmp_path / "head.py"  # a yolo head with one confident box per image: NMS has a box to keep
+    model.write_text("import torch\n\nclass Head(torch.nn.Module):\n    names = {0: 'thing'}\n\n"
+                     "    def forward(self, x):\n        out = torch.zeros(x.shape[0], 5, 84)\n"
+                     "        out[:, :, 0] = torch.tensor([32.0, 32.0, 16.0, 16.0, 0.9])\n        return out\n\n"
+                     "def make():\n    return Head()\n")
+    code = ("import sys, torch; from inferstream.inference import InferConfig, load_model_step;"
+            " from inferstream.rawframe import RawFrame;"
+            f" step = load_model_step(InferConfig(model='{model}:make', family='yolo', input_size=(64, 64)));"
+            " step.warmup(2); before = set(sys.modules);"
+            " frame = RawFrame('RGB', 96, 72, (torch.zeros((72, 96, 3), dtype=torch.uint8),));"
+            " dets = step.infer([frame, frame]); print(sorted(set(sys.modules) - before), [len(d) for d in dets])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[] [1, 1]"
+
+
 def _native_threads() -> set[int]:
     """Threads of this process as the kernel lists them: Python's and OpenMP's workers alike. Ids, not a count:
     a runtime's own thread that ends meanwhile (ONNX Runtime's, say) must not hide one that started."""

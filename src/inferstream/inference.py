@@ -152,14 +152,15 @@ class ModelStep:
             raise UnsupportedModelError(f"the model failed on a {tuple(x.shape)} {x.dtype} input: {exc}") from exc
 
     def warmup(self, batch_size: int) -> None:
-        """Warm the backend up for ``batch_size``, then run one blank frame through the whole step: the decoder's
-        first call imports torchvision (its NMS), which would otherwise stall the first batch by seconds."""
+        """Warm the backend up for ``batch_size``, then run one blank frame, twice the input's size, through the
+        whole step: the first resize and the decoder's first call import OpenCV and torchvision (its NMS), which
+        would otherwise stall the first batch by seconds."""
         import torch
 
         from inferstream.rawframe import RawFrame
 
         self._on_thread(lambda: self.backend.warmup(batch_size, self.input_size))
-        height, width = self.input_size
+        height, width = 2 * self.input_size[0], 2 * self.input_size[1]
         self.infer([RawFrame("RGB", width, height, (torch.zeros((height, width, 3), dtype=torch.uint8),))])
 
     def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
