@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from inferstream.errors import ConfigError, UnsupportedModelError
 from inferstream.models.base import DecodeParams, PreprocessOverride
@@ -152,16 +152,20 @@ class ModelStep:
             raise UnsupportedModelError(f"the model failed on a {tuple(x.shape)} {x.dtype} input: {exc}") from exc
 
     def warmup(self, batch_size: int) -> None:
-        """Warm the backend up for ``batch_size``, then run one blank frame, twice the input's size, through the
-        whole step: the first resize and the decoder's first call import OpenCV and torchvision (its NMS), which
-        would otherwise stall the first batch by seconds."""
+        """Warm the backend up for ``batch_size``, then run a blank batch through the whole step: the first resize
+        and the decoder's first call import OpenCV and torchvision (its NMS), which would otherwise stall the first
+        batch by seconds."""
+        self._on_thread(lambda: self.backend.warmup(batch_size, self.input_size))
+        self.infer(self._blank_batch())
+
+    def _blank_batch(self) -> list[Any]:
+        """One black frame at twice the input's size: resized, as real frames are."""
         import torch
 
         from inferstream.rawframe import RawFrame
 
-        self._on_thread(lambda: self.backend.warmup(batch_size, self.input_size))
         height, width = 2 * self.input_size[0], 2 * self.input_size[1]
-        self.infer([RawFrame("RGB", width, height, (torch.zeros((height, width, 3), dtype=torch.uint8),))])
+        return [RawFrame("RGB", width, height, (torch.zeros((height, width, 3), dtype=torch.uint8),))]
 
     def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Detections (CPU tensors, frame pixels) for each frame, in order, computed on the model's thread."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inferstream.errors import ConfigError
 from inferstream.inference import InferConfig, ModelStep, _on_stream
@@ -148,6 +148,13 @@ class ObjectClassifier(ModelStep):
         if "classes" not in getattr(self._family_spec(), "kinds", ()):
             raise ConfigError(f"secondary inference needs a classifier (one (B, nc) output); this model's outputs "
                               f"{self.output_shapes} are family {self.family!r}")
+
+    def _blank_batch(self) -> list[Any]:
+        """The blank frame with one object that covers it (the warm-up's batch)."""
+        import torch
+
+        (frame,) = super()._blank_batch()
+        return [ObjectFrame(frame, torch.tensor([[0.0, 0.0, float(frame.width), float(frame.height)]]))]
 
     def infer(self, frames: Sequence[RawFrame | ObjectFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Per frame, its objects' top-1 class and probability (see the class docstring)."""
