@@ -170,7 +170,8 @@ class Infer(_Section):
 
     @property
     def properties(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        """The pyinfer properties as GStreamer spells them (``in_flight`` -> ``in-flight``)."""
+        return {str(k).replace("_", "-"): v for k, v in (self.model_extra or {}).items()}
 
     @property
     def device(self) -> str:

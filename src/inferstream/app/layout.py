@@ -60,7 +60,7 @@ def worker_count(asked: int | str | None, cfg: AppConfig, hooks: bool = False,
         cores = cores or cpu_cores()
         n = auto_workers(cfg, cores)
         served = "" if cfg.infer.model_server is None else \
-            f", one model server for all, in-flight {_properties(cfg).get('in-flight', 1)}"
+            f", one model server for all, in-flight {cfg.infer.properties.get('in-flight', 1)}"
         note = (f"workers: auto -> {n} ({n_sources} sources, device {cfg.infer.device}, "
                 f"{cores} cores{served})" if n > 1 else None)
     elif (n := int(asked)) > n_sources:  # int() for mypy: asked is an int here
@@ -87,14 +87,8 @@ def auto_layout(cfg: AppConfig, asked: int | str | None, cores: int | None = Non
             or infer.instances != 1 or "://" in model
             or cuda_workers(len(cfg.sources), cores or cpu_cores(), served=True) < 2):
         return cfg
-    props = dict(infer.properties)
-    if "in-flight" not in _properties(cfg):
-        props["in-flight"] = AUTO_IN_FLIGHT
+    props = infer.properties
+    props.setdefault("in-flight", AUTO_IN_FLIGHT)
     laid_out = type(infer).model_validate({**props, "model-server": {}, "instances": infer.instances,
                                           "secondary": infer.secondary})
     return cfg.model_copy(update={"infer": laid_out})
-
-
-def _properties(cfg: AppConfig) -> dict[str, object]:
-    """The primary pyinfer's properties as GStreamer spells them (``in_flight`` -> ``in-flight``)."""
-    return {str(k).replace("_", "-"): v for k, v in cfg.infer.properties.items()}

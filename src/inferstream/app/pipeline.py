@@ -182,7 +182,7 @@ def default_batch(cfg: AppConfig, streams: int) -> int:
     batch of all of them leaves the GPU idle while it is written and tracked; two halves take turns (one on the
     GPU, the other on the host): faster on the H200 than whole batches (``BENCHMARKS.md``, *Worker processes*).
     With pyinfer's ``in-flight`` above 1 the streams' next batch forms while one is written: whole batches."""
-    return group_batch(streams, cfg.infer.device.startswith("cuda"), _canon(cfg.infer.properties).get("in-flight", 1))
+    return group_batch(streams, cfg.infer.device.startswith("cuda"), cfg.infer.properties.get("in-flight", 1))
 
 
 def group_batch(streams: int, cuda: bool, in_flight: object = 1) -> int:
@@ -202,7 +202,7 @@ def stream_plan(cfg: AppConfig, index: int, sid: str, batch_size: int | None = N
     batch = batch_size or default_batch(cfg, len(cfg.sources))
     group = BATCH_GROUP if cfg.infer.instances == 1 else f"{BATCH_GROUP}-{instance}"
     infer = {"batch-size": batch, "batch-group": group, **_stream_identity(index, sid),
-             **_canon(cfg.infer.properties)}
+             **cfg.infer.properties}
     chain = [f"pyinfer name={sid}_infer {_props('pyinfer', infer, sid)}"]
     for i, props in enumerate(cfg.infer.secondary):
         extra = {"unique-id": i + 2, "batch-size": batch, "batch-group": f"{BATCH_GROUP}-secondary{i}"}

@@ -42,7 +42,7 @@ COUNTS: Final = ("frames", "forwards", "busy_s", "device_s")  # what the server 
 def server_command(cfg: AppConfig, socket: Path) -> list[str]:
     """The ``python -m inferstream.model_server`` command line for ``cfg``'s primary model."""
     assert cfg.infer.model_server is not None
-    props = {k.replace("_", "-"): v for k, v in cfg.infer.properties.items()}
+    props = cfg.infer.properties
     command = [sys.executable, "-m", "inferstream.model_server", "--listen", str(socket), "--die-with-parent",
                "--max-batch", str(cfg.infer.model_server.max_batch),
                "--delay-ms", str(cfg.infer.model_server.delay_ms),
@@ -58,8 +58,7 @@ def server_command(cfg: AppConfig, socket: Path) -> list[str]:
 def served_config(cfg: AppConfig, socket: Path, reconnect_s: float = 0) -> AppConfig:
     """``cfg`` with its primary pyinfer pointed at the server's socket (waiting ``reconnect_s`` for a server that
     went away), without the options the server applies."""
-    props = {k: v for k, v in cfg.infer.properties.items()
-             if k.replace("_", "-") not in SERVER_OPTIONS or k.replace("_", "-") == "device"}
+    props = {k: v for k, v in cfg.infer.properties.items() if k not in SERVER_OPTIONS or k == "device"}
     spec = f"ipc://{socket}" + (f"?reconnect={reconnect_s:g}" if reconnect_s else "")
     infer = type(cfg.infer).model_validate({**props, "model": spec, "instances": cfg.infer.instances,
                                             "secondary": cfg.infer.secondary})
