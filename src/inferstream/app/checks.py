@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from inferstream.app import gstprops
 from inferstream.app.config import Infer, KeyPath, Problem, Sink, Source
-from inferstream.backends.loader import MODEL_SUFFIXES
+from inferstream.backends.loader import MODEL_SUFFIXES, factory_spec
 from inferstream.errors import ConfigError
 
 # config section -> GStreamer element whose properties it holds
@@ -80,7 +80,8 @@ def _infer_props(path: KeyPath, props: Any) -> list[Problem]:
         problems.append(Problem((*path, "model"), "required key is missing (a model file or module:factory, or an "
                                 "nvinfer config-file with onnx-file)"))
     elif isinstance(model, str) and _looks_like_file(model):
-        file, factory = _factory_file(model)
+        factory = factory_spec(model)
+        file = factory[0] if factory else model
         suffix = Path(file).suffix.lower()
         if not Path(file).is_file():
             problems.append(Problem((*path, "model"), f"model file not found: {file}"))
@@ -100,14 +101,6 @@ def _nvinfer_file(path: KeyPath, config_file: str) -> list[Problem]:
     except ConfigError as exc:
         return [Problem(path, str(exc))]
     return []
-
-
-def _factory_file(model: str) -> tuple[str, bool]:
-    """The file a model spec names, and whether it names a factory in it (``path/to/file.py:make``), as the
-    loader reads it: a spec naming an existing file is a file."""
-    head, _, attr = model.rpartition(":")
-    is_factory = head.endswith(".py") and attr.isidentifier() and not Path(model).is_file()
-    return (head, True) if is_factory else (model, False)
 
 
 def _looks_like_file(model: str) -> bool:

@@ -51,6 +51,13 @@ SERVED_SCHEME: Final = "ipc"  # a model server on this machine (``inferstream.mo
 _FACTORY_RE: Final = re.compile(r"^(?P<module>[A-Za-z_][\w.]*|.+\.py):(?P<attr>[A-Za-z_][\w.]*)$")
 
 
+def factory_spec(spec: str) -> tuple[str, str] | None:
+    """(module or ``.py`` file, callable) for a spec that names a factory (``pkg.mod:make``, ``file.py:make``);
+    None for a model file, or any spec naming an existing path."""
+    match = _FACTORY_RE.match(spec)
+    return None if match is None or Path(spec).expanduser().exists() else (match["module"], match["attr"])
+
+
 def load_backend(
     spec: str,
     *,
@@ -115,12 +122,11 @@ def load_backend(
                                                         trust_checkpoint=trust_checkpoint)
         return remote
     path = Path(spec).expanduser()
-    if not path.exists() and (match := _FACTORY_RE.match(spec)):
+    if factory := factory_spec(spec):
         if backend == "onnxruntime":
             raise ConfigError(f"{spec!r} is a Python factory, which only the torch backend can run; "
                               "use backend=auto or backend=torch")
-        made: Backend = _runtime_class("torch").from_factory(match["module"], match["attr"], device=dev,
-                                                             precision=precision, graph=graph)
+        made: Backend = _runtime_class("torch").from_factory(*factory, device=dev, precision=precision, graph=graph)
         return made
     _check_readable(path)
     runtime = backend if backend != "auto" else _BY_SUFFIX.get(path.suffix.lower())
