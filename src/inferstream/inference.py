@@ -249,8 +249,13 @@ class ModelStep:
             with torch.inference_mode(), _on_stream(self._stream):
                 merged, counts = attach_masks(merged, counts, protos, coeffs, [(f.height, f.width) for f in frames])
         out = merged.split(counts)
-        self.stage_s = {"preprocess": t1 - t0, "model": t2 - t1, "decode": time.monotonic() - t2}
+        self._record_stages(t0, t1, t2)
         return out
+
+    def _record_stages(self, started: float, preprocessed: float, modelled: float) -> None:
+        """This batch's preprocess, model and decode times (``time.monotonic`` marks; decode ends now)."""
+        self.stage_s = {"preprocess": preprocessed - started, "model": modelled - preprocessed,
+                        "decode": time.monotonic() - modelled}
 
     def close(self) -> None:
         self._on_thread(self.backend.close)

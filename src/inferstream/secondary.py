@@ -7,6 +7,7 @@ buffer's metadata and writes the results back (``meta.classifications``).
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -171,6 +172,7 @@ class ObjectClassifier(ModelStep):
             raise TypeError("ObjectClassifier.infer: expected ObjectFrame items (frame + boxes)")
         device, spec = self.backend.device, self.preprocess
         counts = [len(it.boxes) for it in items]
+        t0 = time.monotonic()
         with torch.inference_mode(), _on_stream(self._stream):
             images = [to_rgb(it.frame, device) for it in items]
             boxes = torch.cat([pixel_boxes(it.boxes, it.frame.height, it.frame.width) for it in items])
@@ -180,10 +182,15 @@ class ObjectClassifier(ModelStep):
                 x = x.flip(1)
             if spec.normalises:
                 normalise_(x, spec.mean, spec.std)
-            labels, probs = top1(self.backend(x.to(self.backend.dtype))[0])
+            t1 = time.monotonic()
+            outputs = self.backend(x.to(self.backend.dtype))
+            t2 = time.monotonic()
+            labels, probs = top1(outputs[0])
             host = torch.stack([labels.double(), probs.double()]).cpu()
-        return [Detections.trusted(b, s, lab) for b, s, lab in zip(
+        out = [Detections.trusted(b, s, lab) for b, s, lab in zip(
             (it.boxes for it in items), host[1].float().split(counts), host[0].long().split(counts))]
+        self._record_stages(t0, t1, t2)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,20 @@ class SlowDetector(nn.Module):
 
 def make():
     return SlowDetector()
+
+
+class SlowClassifier(nn.Module):
+    """Two classes, after sleeping {FORWARD_S} s."""
+
+    names = {{0: "a", 1: "b"}}
+
+    def forward(self, x):
+        time.sleep({FORWARD_S})
+        return torch.zeros(x.shape[0], 2)
+
+
+def make_classifier():
+    return SlowClassifier()
 '''
 
 
@@ -76,3 +90,18 @@ def test_the_apps_summary_says_where_a_batchs_time_goes(tmp_path: Path) -> None:
     parts = dict(part.rsplit(" ", 1) for part in line.removeprefix("a batch's time: ").removesuffix(" ms").split(", "))
     assert list(parts) == ["turn-wait", "preprocess", "model", "decode", "deliver"]
     assert float(parts["model"]) >= 1e3 * FORWARD_S
+
+
+def test_a_secondary_classifier_reports_its_stages_too(tmp_path: Path) -> None:
+    import torch
+
+    from inferstream.inference import InferConfig
+    from inferstream.rawframe import RawFrame
+    from inferstream.secondary import ObjectClassifier, ObjectFrame
+
+    step = ObjectClassifier(InferConfig(model=f"{_model(tmp_path)}:make_classifier", family="classifier",
+                                        input_size=(32, 32), objects=True))
+    frame = RawFrame("RGB", 96, 72, (torch.zeros((72, 96, 3), dtype=torch.uint8),))
+    (dets,) = step.infer([ObjectFrame(frame, torch.tensor([[4.0, 4.0, 40.0, 60.0]]))])
+    assert len(dets) == 1 and set(step.stage_s) == {"preprocess", "model", "decode"}
+    assert step.stage_s["model"] >= FORWARD_S > max(step.stage_s["preprocess"], step.stage_s["decode"]), step.stage_s
