@@ -5,7 +5,8 @@
 # AB_OLD=.gpu-carry/old/src runs each also on that older src/ (git archive OLD src | tar -x -C .gpu-carry/old),
 # alternating, or only the runs marked :o. RUN_TIMEOUT=S bounds each run (default 120: the server's graph captures
 # come first); PROFILE=0 samples no worker with py-spy. APP_CHECK=1 first compares the app on the GPU with a model
-# server against the app on the CPU (app_correctness.py; carry .gpu-carry/clips and .gpu-carry/models).
+# server against the app on the CPU (app_correctness.py; carry .gpu-carry/clips and .gpu-carry/models). TESTS=0 runs
+# no CUDA test, TESTS=served only the served backend's.
 set -o pipefail; T0=$SECONDS
 RUNS=${RUNS:-auto:on:yes,auto:on:no,8:on:yes:b8:m:f2}
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
@@ -15,9 +16,9 @@ cuda_tests() {  # LOG SECONDS PYTEST-ARGS...: one pytest run, its outcome lines 
   local log=$OUT/$1 limit=$2; shift 2
   timeout "$limit" python -m pytest -q -p no:cacheprovider -rs "$@" > "$log" 2>&1; grep -E "passed|failed|FAILED|Error" "$log" | tail -12
 }
-if [ "${TESTS:-1}" = 1 ]; then
+if [ "${TESTS:-1}" != 0 ]; then
   cuda_tests pytest.log 150 tests/backends/test_served.py -k "cuda or gpu"
-  cuda_tests pytest-graphs.log 90 tests/elements/test_pyinfer_cuda.py -k graph
+  [ "${TESTS:-1}" = served ] || cuda_tests pytest-graphs.log 90 tests/elements/test_pyinfer_cuda.py -k graph
 fi
 echo "tests $((SECONDS-T0)) s"
 [ "${APP_CHECK:-0}" = 1 ] && { timeout 200 python bench/gpu/app_correctness.py --out $OUT/check ${APP_CHECK_ARGS:-} > $OUT/app_check.log 2>&1; tail -2 $OUT/app_check.log | cut -c1-1500; echo "app check $((SECONDS-T0)) s"; }

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from inferstream.detections import Detections
-    from inferstream.inference import InferConfig, ModelStep
+    from inferstream.inference import InferConfig, ModelStep, Ticket
     from inferstream.models.base import DecodeParams
     from inferstream.rawframe import RawFrame
 
@@ -162,11 +162,14 @@ class BatchGroup:
         self._live = 0
         self._pending: list[Pending] = []
         self._lock = threading.Lock()
-        self._run_lock = threading.Lock()  # held while a batch maps and infers
+        self._run_lock = threading.Lock()  # held while a batch maps and is handed to the model
         self._order = threading.Condition()  # batches take the run lock in the order they were taken
         self._taken = 0  # batches taken so far (the next one's turn number)
         self._turn = 0  # the turn number of the batch allowed to take the run lock next
-        self._deliver_lock = threading.Lock()  # held while a batch delivers; taken before _run_lock is let go
+        # hand over hand, each taken before the one before it is let go: a batch's results are collected, then
+        # delivered, in the order the batches ran
+        self._collect_lock = threading.Lock()
+        self._deliver_lock = threading.Lock()
         self._fallback: tuple[ModelStep, Callable[[ModelStep, BaseException], None] | None] | None = None
 
     # membership -------------------------------------------------------------------------------------------
@@ -269,19 +272,26 @@ class BatchGroup:
             self._pending[0].wake.set()
 
     def _run(self, batch: list[Pending]) -> None:
-        """Infer the batch, then deliver it, in two phases so that two batches can be in flight: while this one
-        writes its metadata (host work), the next one may already map its frames and wait on the model (the GIL
-        released). Batches run in the order they were taken (``_take_turn``) and deliver in the order they ran
-        (hand-over-hand locks)."""
+        """Run the batch in three phases, so that three batches can be in flight: one handed to the model (its
+        frames mapped and preprocessed), the one before it collecting its results (a model server still running
+        it: the next forward holds both), and the one before that writing its metadata and tracking. Batches run
+        in the order they were taken (``_take_turn``) and collect and deliver in the order they ran (hand-over-hand
+        locks)."""
         try:
             t0 = time.monotonic()
             with ExitStack() as mapped:
                 with self._take_turn(batch[0].turn):
                     turn_wait = time.monotonic() - t0
                     with priority():
-                        inferred = self._infer(batch, mapped)
+                        handed = self._hand_over(batch, mapped)
                     model = self.model
-                    self._deliver_lock.acquire()  # before the next batch may start: delivery keeps the order
+                    self._collect_lock.acquire()  # before the next batch may start
+                try:
+                    with priority():
+                        inferred, stages = self._collect(*handed)
+                    self._deliver_lock.acquire()
+                finally:
+                    self._collect_lock.release()
                 try:
                     t1 = time.monotonic()
                     with priority():
@@ -289,8 +299,7 @@ class BatchGroup:
                         mapped.close()  # unmap while still in order (a failure here fails the whole batch)
                 finally:
                     self._deliver_lock.release()
-            stages = {"turn-wait": turn_wait, **(model.stage_s if inferred else {}), "deliver": time.monotonic() - t1}
-            self._count(batch, t0, stages)
+            self._count(batch, t0, {"turn-wait": turn_wait, **stages, "deliver": time.monotonic() - t1})
         except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
             for s in batch:
                 s.error = s.error or exc
@@ -319,8 +328,9 @@ class BatchGroup:
             self.stats.add(len(batch), t1 - t0, stages)
             self.stats.wait_s += sum(t0 - s.arrived for s in batch)
 
-    def _infer(self, batch: list[Pending], mapped: ExitStack) -> list[tuple[Pending, Detections]]:
-        """Map every frame (into ``mapped``) and infer them in one batch; a frame that fails to map fails alone."""
+    def _hand_over(self, batch: list[Pending], mapped: ExitStack) -> tuple[list[Pending], Ticket | None]:
+        """Map every frame (into ``mapped``) and hand them to the model in one batch; a frame that fails to map
+        fails alone. The frames handed over and their ticket (None: none was)."""
         ready, frames = [], []
         for s in batch:
             try:
@@ -329,33 +339,49 @@ class BatchGroup:
             except BaseException as exc:
                 s.error = exc
         if not ready:
-            return []
+            return [], None
         try:
             # frames with other thresholds could share a forward pass; keep it simple: the group's params
-            results = self._infer_or_roll_back(frames, ready[0].params)
+            return ready, self._prepare_or_roll_back(frames, ready[0].params)
         except BaseException as exc:
             for s in ready:
                 s.error = exc
-            return []
-        return list(zip(ready, results))
+            return [], None
 
-    def _infer_or_roll_back(self, frames: list[RawFrame], params: DecodeParams) -> list[Detections]:
-        """Infer; the first batch of a swapped-in model that fails is inferred again by the model it replaced."""
-        fallback, self._fallback = self._fallback, None
+    @staticmethod
+    def _collect(ready: list[Pending], ticket: Ticket | None) -> tuple[list[tuple[Pending, Detections]],
+                                                                        dict[str, float]]:
+        """The handed-over frames with their detections, and the batch's model stages (none if it failed)."""
+        if ticket is None:
+            return [], {}
         try:
-            results = self.model.infer(frames, params)
+            results = ticket.result()
+        except BaseException as exc:
+            for s in ready:
+                s.error = exc
+            return [], {}
+        return list(zip(ready, results)), ticket.stage_s
+
+    def _prepare_or_roll_back(self, frames: list[RawFrame], params: DecodeParams) -> Ticket:
+        """The model's ticket for the batch. The first batch of a swapped-in model is inferred here and now: should
+        it fail, the model it replaced infers it again."""
+        fallback, self._fallback = self._fallback, None
+        if fallback is None:
+            return self.model.prepare(frames, params)
+        try:
+            ticket = self.model.prepare(frames, params)
+            ticket.result()
         except Exception as exc:
-            if fallback is None:
-                raise
             failed, (self.model, on_rollback) = self.model, fallback
             self.cfg = self.model.cfg
             failed.close()
             if on_rollback is not None:
                 on_rollback(failed, exc)
-            return self.model.infer(frames, params)
-        if fallback is not None:
-            fallback[0].close()  # the new model has proved itself on real frames
-        return results
+            ticket = self.model.prepare(frames, params)
+            ticket.result()
+            return ticket
+        fallback[0].close()  # the new model has proved itself on real frames
+        return ticket
 
     @staticmethod
     def _deliver(inferred: list[tuple[Pending, Detections]], model: ModelStep) -> None:
@@ -379,10 +405,11 @@ class BatchGroup:
         """Infer frames that already form a batch (a DeepStream nvstreammux buffer) and return them with the
         model's labels; under the run lock, so a hot swap waits for it (and rolls back) as for the group's own."""
         t0 = time.monotonic()
-        with self._run_lock:
-            dets = self._infer_or_roll_back(frames, params)
+        with self._run_lock, self._collect_lock:
+            ticket = self._prepare_or_roll_back(frames, params)
+            dets = ticket.result()
             labels = self.model.labels
-            stages = self.model.stage_s
+            stages = ticket.stage_s
         with self._lock:
             self.stats.add(len(frames), time.monotonic() - t0, stages)
         return dets, labels
@@ -392,7 +419,7 @@ class BatchGroup:
         """Install ``model`` between two batches; returns the old one, which the group keeps (and closes once
         the new one has inferred a batch). Should that first batch fail, the old one comes back, infers it, and
         ``on_rollback(failed_model, error)`` is called on the batch's thread (the group closes the failed one)."""
-        with self._run_lock, self._deliver_lock:
+        with self._run_lock, self._collect_lock, self._deliver_lock:  # no batch in flight
             old, self.model = self.model, model
             if self._fallback is not None:  # a swap before the previous new model ran a batch: keep the proven one
                 old.close()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from inferstream.detections import Detections
     from inferstream.model_thread import ModelThread
     from inferstream.models.base import Decoder, Family, MaskedDecoder
+    from inferstream.ops.letterbox import Letterbox
     from inferstream.rawframe import RawFrame
 
 T = TypeVar("T")
@@ -54,6 +55,31 @@ class InferConfig:
         return replace(self, params=other.params) == other
 
 
+class Ticket:
+    """A batch handed to its model (``ModelStep.prepare``): ``result`` gives its detections, waiting for the model
+    and decoding on the first call, and ``stage_s`` its preprocess, model and decode times from then on."""
+
+    __slots__ = ("_finish", "_result", "stage_s")
+
+    def __init__(self, finish: Callable[[], tuple[list[Detections], dict[str, float]]]) -> None:
+        self._finish: Callable[[], tuple[list[Detections], dict[str, float]]] | None = finish
+        self._result: list[Detections] = []
+        self.stage_s: dict[str, float] = {}
+
+    @classmethod
+    def done(cls, result: list[Detections], stage_s: dict[str, float]) -> Ticket:
+        """A batch already inferred and decoded."""
+        ticket = cls(lambda: (result, stage_s))
+        ticket.result()
+        return ticket
+
+    def result(self) -> list[Detections]:
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            self._result, self.stage_s = finish()
+        return self._result
+
+
 class ModelStep:
     """A loaded model plus its decoder; ``infer`` runs one batch of frames end to end (the batch group's model).
 
@@ -78,6 +104,8 @@ class ModelStep:
             raise ConfigError(f"input-size {cfg.input_size} differs from the model's fixed input {info.input_size}")
         self.labels: tuple[str, ...] = info.names or cfg.labels or ()
         self._stream = _private_stream(self.backend.device)
+        # a batch decodes while the next one is prepared (a model server's submit): on a stream of its own
+        self._decode_stream = _private_stream(self.backend.device) if hasattr(self.backend, "submit") else None
         self.stage_s = dict.fromkeys(("preprocess", "model", "decode"), 0.0)  # the latest batch's (batching.STAGES)
         self.decoder: Decoder = self._make_decoder()
         if "classes" in getattr(self._family_spec(), "kinds", ()) and self.labels \
@@ -169,69 +197,93 @@ class ModelStep:
 
     def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Detections (CPU tensors, frame pixels) for each frame, in order, computed on the model's thread."""
-        return self._on_thread(lambda: self._infer(frames, params))
+        return self.prepare(frames, params).result()
+
+    def prepare(self, frames: list[RawFrame], params: DecodeParams | None = None) -> Ticket:
+        """Preprocess the batch and hand it to the model. A backend that runs on its own (a model server's
+        ``submit``) is left running, and ``Ticket.result`` waits for it and decodes: meanwhile the next batch can
+        be prepared. Any other is run and decoded now, since its outputs live only until its next call (a CUDA
+        graph's static outputs)."""
+        return self._on_thread(lambda: self._prepare(frames, params))
 
     def _on_thread(self, fn: Callable[[], T]) -> T:
         return fn() if self._thread is None else self._thread.run(fn)
 
-    def _infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
-        """Detections (CPU tensors, frame pixels) for each frame, in order; axis-aligned boxes are clipped.
-
-        Pixels are read once from the views into the model's input tensor (on the model's device: CUDA frames
-        never leave the GPU); the detections of the whole batch cross to the host in one copy, and are mapped back
-        to frame pixels there. Every copy to the device or wait for it releases the GIL, and with many streaming
-        threads each re-acquisition can cost milliseconds: the device sees pixels in and detections out, no more.
-
-        On CUDA the batch runs on the ModelStep's own non-blocking stream: work on the legacy default stream would
+    def _prepare(self, frames: list[RawFrame], params: DecodeParams | None) -> Ticket:
+        """On CUDA the batch runs on the ModelStep's own non-blocking stream: work on the legacy default stream would
         wait for, and hold up, every blocking stream in the context (GStreamer's decoders included). That stream
         first waits for the default stream, where ``frames.cuda.mapped_cuda_frame`` (on the mapping thread)
-        ordered the frames after GStreamer's writes; the copy to the host at the end then means no kernel still
-        reads the frames when their mappings end.
-        """
+        ordered the frames after GStreamer's writes; the copy to the host at the end (or a model server's
+        ``submit``, which waits for its copy of the input) then means no kernel still reads the frames when their
+        mappings end. Every copy to the device or wait for it releases the GIL, and with many streaming threads
+        each re-acquisition can cost milliseconds: the device sees pixels in and detections out, no more."""
+        import torch
+
+        t0 = time.monotonic()
+        submit = getattr(self.backend, "submit", None)
+        with torch.inference_mode(), _on_stream(self._stream):
+            batch, lb = self._preprocess(frames)
+            t1 = time.monotonic()
+            if submit is None:
+                outputs = self.backend(batch)
+                t2 = time.monotonic()
+                dets = self._decode(frames, params, outputs, lb)
+                return Ticket.done(dets, self._record_stages(t0, t1, t2))
+            collect = submit(batch)
+
+        def finish() -> tuple[list[Detections], dict[str, float]]:
+            outputs = collect()  # off the model's thread: it waits on the socket, the GIL released
+            t2 = time.monotonic()
+
+            def decode() -> list[Detections]:
+                with torch.inference_mode(), _on_stream(self._decode_stream):
+                    return self._decode(frames, params, outputs, lb)
+            dets = self._on_thread(decode)
+            return dets, self._record_stages(t0, t1, t2)
+        return Ticket(finish)
+
+    def _preprocess(self, frames: list[RawFrame]) -> tuple[torch.Tensor, Letterbox]:
+        """The model's input for ``frames`` and where each frame landed in it (on the current stream)."""
+        from inferstream.ops.letterbox import preprocess_batch, rect_input_size
+
+        exact, resize_first = _PREPROCESS[self.cfg.preprocess]
+        spec = self.preprocess
+        if exact is None and spec.resample == "float":  # the family's own predict resizes in float
+            exact = False
+        size = self.input_size
+        if self.rect_stride:  # one shape for the batch: every frame at the scale input_size gives it
+            size = rect_input_size([(f.height, f.width) for f in frames], size, self.rect_stride)
+        return preprocess_batch(frames, size, self.backend.device, self.backend.dtype,
+                                fit_hw=self.input_size if self.rect_stride else None, exact=exact,
+                                resize_first=resize_first, stretch=spec.resize == "stretch",
+                                pad_value=spec.pad_value, bgr=spec.bgr,
+                                mean=spec.mean if spec.normalises else None,
+                                std=spec.std if spec.normalises else None)
+
+    def _decode(self, frames: list[RawFrame], params: DecodeParams | None, outputs: list[torch.Tensor],
+                lb: Letterbox) -> list[Detections]:
+        """Per frame, its detections in frame pixels (axis-aligned boxes clipped): decoded on the current stream,
+        the whole batch's rows crossing to the host in one copy, and mapped back to frame pixels there."""
         import torch
 
         from inferstream.detections import Detections
-        from inferstream.ops.letterbox import (
-            clip_xyxy,
-            preprocess_batch,
-            rect_input_size,
-            unletterbox_keypoints,
-            unletterbox_xyxy,
-        )
+        from inferstream.ops.letterbox import clip_xyxy, unletterbox_keypoints, unletterbox_xyxy
 
-        t0 = time.monotonic()
-        with torch.inference_mode(), _on_stream(self._stream):
-            exact, resize_first = _PREPROCESS[self.cfg.preprocess]
-            spec = self.preprocess
-            if exact is None and spec.resample == "float":  # the family's own predict resizes in float
-                exact = False
-            size = self.input_size
-            if self.rect_stride:  # one shape for the batch: every frame at the scale input_size gives it
-                size = rect_input_size([(f.height, f.width) for f in frames], size, self.rect_stride)
-            batch, lb = preprocess_batch(frames, size, self.backend.device, self.backend.dtype,
-                                         fit_hw=self.input_size if self.rect_stride else None, exact=exact,
-                                         resize_first=resize_first, stretch=spec.resize == "stretch",
-                                         pad_value=spec.pad_value, bgr=spec.bgr,
-                                         mean=spec.mean if spec.normalises else None,
-                                         std=spec.std if spec.normalises else None)
-            t1 = time.monotonic()
-            outputs = self.backend(batch)
-            t2 = time.monotonic()
-            params = params or self.cfg.params
-            coeffs = protos = None
-            if hasattr(self.decoder, "flat") and not hasattr(self.decoder, "flat_masked"):  # the built-in decoders:
-                image_ids, rows = self.decoder.flat(outputs, params)  # rows of the whole batch, split on the host
-                merged, image_ids = to_host(rows, image_ids)
-            elif hasattr(self.decoder, "flat_masked"):  # instance masks: assembled once the boxes are in frame pixels
-                masked = cast("MaskedDecoder", self.decoder)
-                image_ids, rows, coeffs = masked.flat_masked(outputs, params)
-                protos = masked.split_outputs(outputs)[1]
-                merged, image_ids = to_host(rows, image_ids)
-            else:  # a user's postprocess: one Detections per frame
-                per_frame = self.decoder(outputs, params)
-                merged, _ = to_host(Detections.merge(per_frame))
-                sizes = torch.tensor([len(d) for d in per_frame])
-                image_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
+        params = params or self.cfg.params
+        coeffs = protos = None
+        if hasattr(self.decoder, "flat") and not hasattr(self.decoder, "flat_masked"):  # the built-in decoders:
+            image_ids, rows = self.decoder.flat(outputs, params)  # rows of the whole batch, split on the host
+            merged, image_ids = to_host(rows, image_ids)
+        elif hasattr(self.decoder, "flat_masked"):  # instance masks: assembled once the boxes are in frame pixels
+            masked = cast("MaskedDecoder", self.decoder)
+            image_ids, rows, coeffs = masked.flat_masked(outputs, params)
+            protos = masked.split_outputs(outputs)[1]
+            merged, image_ids = to_host(rows, image_ids)
+        else:  # a user's postprocess: one Detections per frame
+            per_frame = self.decoder(outputs, params)
+            merged, _ = to_host(Detections.merge(per_frame))
+            sizes = torch.tensor([len(d) for d in per_frame])
+            image_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
         # the rest on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
         counts = torch.bincount(image_ids, minlength=len(frames)).tolist()
         # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
@@ -246,16 +298,15 @@ class ModelStep:
         if coeffs is not None and protos is not None:
             from inferstream.ops.masks import attach_masks
 
-            with torch.inference_mode(), _on_stream(self._stream):
-                merged, counts = attach_masks(merged, counts, protos, coeffs, [(f.height, f.width) for f in frames])
-        out = merged.split(counts)
-        self._record_stages(t0, t1, t2)
-        return out
+            merged, counts = attach_masks(merged, counts, protos, coeffs, [(f.height, f.width) for f in frames])
+        return merged.split(counts)
 
-    def _record_stages(self, started: float, preprocessed: float, modelled: float) -> None:
-        """This batch's preprocess, model and decode times (``time.monotonic`` marks; decode ends now)."""
+    def _record_stages(self, started: float, preprocessed: float, modelled: float) -> dict[str, float]:
+        """This batch's preprocess, model and decode times (``time.monotonic`` marks; decode ends now), kept as the
+        latest batch's and returned."""
         self.stage_s = {"preprocess": preprocessed - started, "model": modelled - preprocessed,
                         "decode": time.monotonic() - modelled}
+        return self.stage_s
 
     def close(self) -> None:
         self._on_thread(self.backend.close)

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 @dataclass(eq=False)
 class _Client:
     conn: Connection
+    owner: tuple[int, int] = (0, 0)  # (pid, backend): a backend's lanes are one client of the server's counts
     shape: tuple[int, int, int] = (0, 0, 0)  # capacity, height, width once registered
     input: Tensor | None = None
     outputs: list[Tensor] = field(default_factory=list)
@@ -87,7 +88,8 @@ class ModelServer:
         # CPU tensors live in files both processes map: in memory (/dev/shm) when it has room, else the temp folder
         self._folders = [Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir=d))
                          for d in (("/dev/shm",) if Path("/dev/shm").is_dir() else ()) + (None,)]
-        self.forwards = self.frames = self.served = 0
+        self.forwards = self.frames = 0
+        self._owners: set[tuple[int, int]] = set()  # every backend served, for the count at exit
         self.busy_s = 0.0  # in forwards, from the first launch to the stream's end: its rate is how busy the model is
         self.device_s = 0.0  # the same forwards timed on the device (on the CPU: busy_s)
 
@@ -105,10 +107,15 @@ class ModelServer:
                     break  # the app is gone and so are its workers (or they had their time)
                 if time.monotonic() - said >= STATS_EVERY_S:  # for the app's metrics
                     said = time.monotonic()
-                    say({"stats": {**self.counts(), "workers": len(self._clients)}})
+                    say({"stats": {**self.counts(), "workers": len({c.owner for c in self._clients})}})
         finally:
             listener.close()
             self.close()
+
+    @property
+    def served(self) -> int:
+        """How many batch groups (a backend with its lanes) this server has answered a hello."""
+        return len(self._owners)
 
     def counts(self) -> dict[str, float]:
         """What the app's metrics add up (``app.serving.COUNTS``)."""
@@ -171,6 +178,8 @@ class ModelServer:
         kind, *args = message
         try:
             if kind == "hello":
+                client.owner = (int(args[0]), int(args[1]))
+                self._owners.add(client.owner)
                 dtype = str(self.backend.dtype).removeprefix("torch.")
                 self._send(client, ("info", self.backend.info, str(self.backend.device), dtype))
             elif kind == "register":
@@ -291,7 +300,6 @@ class ModelServer:
     def _drop(self, client: _Client) -> None:
         if client in self._clients:
             self._clients.remove(client)
-            self.served += 1
         self._release(client)
         client.conn.close()
 

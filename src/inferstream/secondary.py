@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from inferstream.errors import ConfigError
-from inferstream.inference import InferConfig, ModelStep, _on_stream
+from inferstream.inference import InferConfig, ModelStep, Ticket, _on_stream
 
 if TYPE_CHECKING:
     import torch
@@ -156,6 +156,11 @@ class ObjectClassifier(ModelStep):
 
         (frame,) = super()._blank_batch()
         return [ObjectFrame(frame, torch.tensor([[0.0, 0.0, float(frame.width), float(frame.height)]]))]
+
+    def prepare(self, frames: Sequence[RawFrame | ObjectFrame], params: DecodeParams | None = None) -> Ticket:
+        """``infer``, done now (the batch group's entry)."""
+        dets = self.infer(frames, params)
+        return Ticket.done(dets, dict(self.stage_s))
 
     def infer(self, frames: Sequence[RawFrame | ObjectFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Per frame, its objects' top-1 class and probability (see the class docstring)."""

@@ -133,6 +133,34 @@ def test_two_workers_requests_run_as_one_forward_each_getting_its_own_frames(
         assert _stop(proc) == {"forwards": 1, "frames": 4, "workers": 2}
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_batches_sent_before_the_last_one_is_collected_each_get_their_own_outputs(
+        tmp_path: Path, device: str, detector: tuple[str, tuple[str, ...], int]) -> None:
+    """A batch group sends its next batch while the server still runs the last one (two lanes, in turn): each
+    batch gets its own outputs, which stay untouched while the next batch runs, and a third batch sent before the
+    first is collected is refused, not run over the first one's tensors."""
+    model, options, size = detector
+    local = _local(model, device, bool(options))
+    with serving(tmp_path, model, device, *options) as (spec, proc):
+        served = load_backend(spec, device=device)
+        assert isinstance(served, ServedBackend)
+        served.warmup(2, (size, size))
+        frames = [_frames(2, 20 + k, device, size).to(local.dtype) for k in range(4)]
+        first, second = served.submit(frames[0]), served.submit(frames[1])
+        with pytest.raises(InferenceServerError, match="more than 2 batches sent"):
+            served.submit(frames[2])
+        _assert_same(first(), local(frames[0]))
+        third = served.submit(frames[2])  # on the first one's lane, the second still running or waiting
+        out_second = second()
+        out_third = third()
+        _assert_same(out_second, local(frames[1]))  # the third batch ran meanwhile and did not touch them
+        out_fourth = served.submit(frames[3])()
+        _assert_same(out_third, local(frames[2]))
+        _assert_same(out_fourth, local(frames[3]))
+        served.close()
+        assert _stop(proc) == {"forwards": 4, "frames": 8, "workers": 1}  # two lanes, one client
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CUDA graphs)")
 def test_on_a_gpu_three_requests_of_8_run_their_own_graph_of_24(tmp_path: Path) -> None:
     """With ``--capture every-sum`` every sum of whole requests gets a CUDA graph of its own: three workers'

@@ -106,15 +106,15 @@ def test_a_batch_smaller_than_the_streams_with_frames_in_flight() -> None:
 def test_a_failing_batch_with_frames_in_flight_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
     from inferstream.inference import ModelStep
 
-    infer, calls = ModelStep.infer, []
+    prepare, calls = ModelStep.prepare, []
 
-    def fail_on_the_fifth(self: ModelStep, frames: Any, params: Any = None) -> Any:
+    def fail_on_the_fifth(self: ModelStep, frames: Any, params: Any = None) -> Any:  # the batch group's entry
         calls.append(len(frames))
         if len(calls) == 5:
             raise RuntimeError("device lost")
-        return infer(self, frames, params)
+        return prepare(self, frames, params)
 
-    monkeypatch.setattr(ModelStep, "infer", fail_on_the_fifth)
+    monkeypatch.setattr(ModelStep, "prepare", fail_on_the_fifth)
     result = _play("failing", 2)
     assert result.errors and "inference failed" in result.errors[0] and "device lost" in result.errors[0]
 
