@@ -24,6 +24,7 @@ import threading
 import time
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inferstream.errors import ConfigError
@@ -32,6 +33,7 @@ from inferstream.shared_worker import priority
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from inferstream.batch_completion import Completion
     from inferstream.detections import Detections
     from inferstream.inference import InferConfig, ModelStep, Ticket
     from inferstream.models.base import DecodeParams
@@ -166,10 +168,8 @@ class BatchGroup:
         self._order = threading.Condition()  # batches take the run lock in the order they were taken
         self._taken = 0  # batches taken so far (the next one's turn number)
         self._turn = 0  # the turn number of the batch allowed to take the run lock next
-        # hand over hand, each taken before the one before it is let go: a batch's results are collected, then
-        # delivered, in the order the batches ran
-        self._collect_lock = threading.Lock()
-        self._deliver_lock = threading.Lock()
+        self._deliver_lock = threading.Lock()  # held while a batch delivers; taken before _run_lock is let go
+        self._completion: Completion | None = None  # the thread that finishes a served model's batches
         self._fallback: tuple[ModelStep, Callable[[ModelStep, BaseException], None] | None] | None = None
 
     # membership -------------------------------------------------------------------------------------------
@@ -272,43 +272,90 @@ class BatchGroup:
             self._pending[0].wake.set()
 
     def _run(self, batch: list[Pending]) -> None:
-        """Run the batch in three phases, so that three batches can be in flight: one handed to the model (its
-        frames mapped and preprocessed), the one before it collecting its results (a model server still running
-        it: the next forward holds both), and the one before that writing its metadata and tracking. Batches run
-        in the order they were taken (``_take_turn``) and collect and deliver in the order they ran (hand-over-hand
-        locks)."""
+        """Hand the batch to the model, then finish it (``_finish``: collect its detections, deliver them), in two
+        phases so that two batches can be in flight: while this one writes its metadata (host work), the next one
+        may already map its frames and wait on the model (the GIL released). Batches run in the order they were
+        taken (``_take_turn``) and deliver in the order they ran (hand-over-hand locks). A model that runs a batch
+        on its own (a model server: ``ModelStep.lanes``) leaves the finishing to the group's ``Completion``
+        thread, in the same order, and this thread goes back to its stream at once."""
+        t0 = time.monotonic()
+        mapped = ExitStack()
         try:
-            t0 = time.monotonic()
-            with ExitStack() as mapped:
-                with self._take_turn(batch[0].turn):
-                    turn_wait = time.monotonic() - t0
+            with self._take_turn(batch[0].turn):
+                turn_wait = time.monotonic() - t0
+                model = self.model
+                completion = self._completion_for(model)
+                if completion is not None:
+                    completion.reserve()
+                try:
                     with priority():
                         handed = self._hand_over(batch, mapped)
-                    model = self.model
-                    self._collect_lock.acquire()  # before the next batch may start
+                except BaseException:
+                    if completion is not None:
+                        completion.release()
+                    raise
+                finish = partial(self._finish, batch, handed, mapped, model, t0, turn_wait, completion)
+                if completion is not None:
+                    completion.put(finish)
+                    return
+                self._deliver_lock.acquire()  # before the next batch may start: delivery keeps the order
+            try:
+                finish()
+            finally:
+                self._deliver_lock.release()
+        except BaseException as exc:  # delivered to every waiting thread, which posts it
+            mapped.close()
+            self._done(batch, exc)
+
+    def _finish(self, batch: list[Pending], handed: tuple[list[Pending], Ticket | None], mapped: ExitStack,
+                model: ModelStep, t0: float, turn_wait: float, completion: Completion | None) -> None:
+        """Collect the batch's detections (waiting for the model if it runs on its own), deliver them, unmap its
+        frames (still in order: a failure there fails the whole batch) and count the batch; then its frames are
+        done. Never raises: a failure is the frames'."""
+        try:
+            with mapped:
                 try:
                     with priority():
                         inferred, stages = self._collect(*handed)
-                    self._deliver_lock.acquire()
                 finally:
-                    self._collect_lock.release()
-                try:
-                    t1 = time.monotonic()
-                    with priority():
-                        self._deliver(inferred, model)
-                        mapped.close()  # unmap while still in order (a failure here fails the whole batch)
-                finally:
-                    self._deliver_lock.release()
+                    if completion is not None:
+                        completion.release()
+                t1 = time.monotonic()
+                with priority():
+                    self._deliver(inferred, model)
             self._count(batch, t0, {"turn-wait": turn_wait, **stages, "deliver": time.monotonic() - t1})
-        except BaseException as exc:  # e.g. unmapping failed: delivered to every waiting thread, which posts it
-            for s in batch:
-                s.error = s.error or exc
-        finally:  # whatever happened, the batch's threads wait for nothing else (they wait without a timeout)
-            for s in batch:
-                s.done = True
-                s.wake.set()
-            with self._lock:
-                self._wake_oldest()  # frames that arrived meanwhile may form the next batch
+        except BaseException as exc:  # e.g. unmapping failed
+            self._done(batch, exc)
+            return
+        self._done(batch)
+
+    def _done(self, batch: list[Pending], exc: BaseException | None = None) -> None:
+        """The batch's frames are done (with ``exc`` unless a frame has its own error); its threads wait for
+        nothing else (they wait without a timeout)."""
+        for s in batch:
+            s.error = s.error or exc
+            s.done = True
+            s.wake.set()
+        with self._lock:
+            self._wake_oldest()  # frames that arrived meanwhile may form the next batch
+
+    def _completion_for(self, model: ModelStep) -> Completion | None:
+        """The group's completion thread when ``model`` runs batches on its own (started at its first batch),
+        else None. Called under the run lock, as swaps are."""
+        if not model.lanes:
+            return None
+        if self._completion is None:
+            from inferstream.batch_completion import Completion
+
+            self._completion = Completion(self.name, model.lanes)
+        return self._completion
+
+    def _drain(self) -> None:
+        """Wait until the completion thread has finished every batch handed over, and end it (under the run lock:
+        no batch is handed over meanwhile); the next model that needs one gets its own."""
+        if self._completion is not None:
+            self._completion.close()
+            self._completion = None
 
     @contextlib.contextmanager
     def _take_turn(self, turn: int) -> Iterator[None]:
@@ -405,7 +452,8 @@ class BatchGroup:
         """Infer frames that already form a batch (a DeepStream nvstreammux buffer) and return them with the
         model's labels; under the run lock, so a hot swap waits for it (and rolls back) as for the group's own."""
         t0 = time.monotonic()
-        with self._run_lock, self._collect_lock:
+        with self._run_lock:
+            self._drain()  # a served model's batches in flight are collected first: they hold its lanes
             ticket = self._prepare_or_roll_back(frames, params)
             dets = ticket.result()
             labels = self.model.labels
@@ -419,7 +467,8 @@ class BatchGroup:
         """Install ``model`` between two batches; returns the old one, which the group keeps (and closes once
         the new one has inferred a batch). Should that first batch fail, the old one comes back, infers it, and
         ``on_rollback(failed_model, error)`` is called on the batch's thread (the group closes the failed one)."""
-        with self._run_lock, self._collect_lock, self._deliver_lock:  # no batch in flight
+        with self._run_lock, self._deliver_lock:
+            self._drain()  # no batch in flight
             old, self.model = self.model, model
             if self._fallback is not None:  # a swap before the previous new model ran a batch: keep the proven one
                 old.close()
@@ -461,6 +510,8 @@ def release_group(member: Member) -> None:
     with _GROUPS_LOCK:
         if group.release() == 0:
             _GROUPS.pop(group.name, None)
+            with group._run_lock:
+                group._drain()
             group.model.close()
             if group._fallback is not None:
                 group._fallback[0].close()

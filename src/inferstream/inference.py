@@ -105,7 +105,7 @@ class ModelStep:
         self.labels: tuple[str, ...] = info.names or cfg.labels or ()
         self._stream = _private_stream(self.backend.device)
         # a batch decodes while the next one is prepared (a model server's submit): on a stream of its own
-        self._decode_stream = _private_stream(self.backend.device) if hasattr(self.backend, "submit") else None
+        self._decode_stream = _private_stream(self.backend.device) if self.lanes else None
         self.stage_s = dict.fromkeys(("preprocess", "model", "decode"), 0.0)  # the latest batch's (batching.STAGES)
         self.decoder: Decoder = self._make_decoder()
         if "classes" in getattr(self._family_spec(), "kinds", ()) and self.labels \
@@ -117,6 +117,12 @@ class ModelStep:
             self.labels = tuple(f"class{i}" for i in range(self.num_classes))
         elif len(self.labels) < self.num_classes:
             raise ConfigError(f"{len(self.labels)} labels given but the model has {self.num_classes} classes")
+
+    @property
+    def lanes(self) -> int:
+        """How many batches may be handed to the model (``prepare``) and not yet collected: a model server's lanes;
+        0 for a model that runs each batch before ``prepare`` returns."""
+        return int(getattr(self.backend, "lanes", 0)) if hasattr(self.backend, "submit") else 0
 
     def _make_decoder(self) -> Decoder:
         from inferstream.models.base import Preprocess

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from inferstream.backends.base import Backend
 from inferstream.backends.loader import load_backend
 from inferstream.backends.served import ServedBackend
 from inferstream.errors import BackendInitError, InferenceServerError
+from inferstream.rawframe import RawFrame
 
 CARRIED = Path(__file__).resolve().parents[2] / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"))]
@@ -136,8 +138,8 @@ def test_two_workers_requests_run_as_one_forward_each_getting_its_own_frames(
 @pytest.mark.parametrize("device", DEVICES)
 def test_batches_sent_before_the_last_one_is_collected_each_get_their_own_outputs(
         tmp_path: Path, device: str, detector: tuple[str, tuple[str, ...], int]) -> None:
-    """A batch group sends its next batch while the server still runs the last one (two lanes, in turn): each
-    batch gets its own outputs, which stay untouched while the next batch runs, and a third batch sent before the
+    """A batch group sends its next batches while the server still runs the last one (three lanes, in turn): each
+    batch gets its own outputs, which stay untouched while the next batches run, and a fourth batch sent before the
     first is collected is refused, not run over the first one's tensors."""
     model, options, size = detector
     local = _local(model, device, bool(options))
@@ -145,20 +147,23 @@ def test_batches_sent_before_the_last_one_is_collected_each_get_their_own_output
         served = load_backend(spec, device=device)
         assert isinstance(served, ServedBackend)
         served.warmup(2, (size, size))
-        frames = [_frames(2, 20 + k, device, size).to(local.dtype) for k in range(4)]
-        first, second = served.submit(frames[0]), served.submit(frames[1])
-        with pytest.raises(InferenceServerError, match="more than 2 batches sent"):
-            served.submit(frames[2])
-        _assert_same(first(), local(frames[0]))
-        third = served.submit(frames[2])  # on the first one's lane, the second still running or waiting
-        out_second = second()
-        out_third = third()
-        _assert_same(out_second, local(frames[1]))  # the third batch ran meanwhile and did not touch them
-        out_fourth = served.submit(frames[3])()
-        _assert_same(out_third, local(frames[2]))
-        _assert_same(out_fourth, local(frames[3]))
+        frames = [_frames(2, 20 + k, device, size).to(local.dtype) for k in range(5)]
+        sent = [served.submit(frames[k]) for k in range(3)]
+        with pytest.raises(InferenceServerError, match="more than 3 batches sent"):
+            served.submit(frames[3])
+        _assert_same(sent[0](), local(frames[0]))
+        sent.append(served.submit(frames[3]))  # on the first one's lane, the others still running or waiting
+        outs = [sent[k]() for k in (1, 2)]
+        fourth = sent[3]()
+        for k, out in ((1, outs[0]), (2, outs[1])):  # the fourth batch ran meanwhile and did not touch them
+            _assert_same(out, local(frames[k]))
+        fifth = served.submit(frames[4])()
+        _assert_same(fourth, local(frames[3]))
+        _assert_same(fifth, local(frames[4]))
         served.close()
-        assert _stop(proc) == {"forwards": 4, "frames": 8, "workers": 1}  # two lanes, one client
+        counts = _stop(proc)  # requests waiting together run as one forward: fewer forwards than batches
+        assert counts["frames"] == 10 and 2 <= counts["forwards"] <= 5, counts
+        assert counts["workers"] == 1, counts  # three lanes, one client
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CUDA graphs)")
@@ -295,3 +300,68 @@ def test_no_room_for_the_shared_tensors_is_that_workers_error_not_a_crash(monkey
     assert kind == "slots" and shared_in.shape == (2, 3, 64, 64) and len(shared_out) == 1
     server.close()
     assert not any(folder.exists() for folder in server._folders)
+
+
+class _Job:
+    """A batch's frame (``batching.FrameJob``): a red square at ``x``; where it was delivered, and in which order."""
+
+    def __init__(self, x: int, log: list[tuple[int, int]], stream: int, index: int) -> None:
+        img = torch.zeros((120, 200, 3), dtype=torch.uint8)
+        img[30:70, x:x + 40, 0] = 255
+        self._frame, self.buf, self.x = RawFrame("RGB", 200, 120, (img,)), object(), x
+        self._log, self._key = log, (stream, index)
+        self.dets: Any = None
+        self.delivered_on = ""
+
+    def frame(self) -> contextlib.AbstractContextManager[RawFrame]:
+        return contextlib.nullcontext(self._frame)
+
+    def deliver(self, dets: Any, model: Any) -> None:
+        self.dets, self.delivered_on = dets, threading.current_thread().name
+        self._log.append(self._key)
+
+
+def test_a_batch_group_on_a_served_model_leads_a_batch_and_goes_on_while_it_runs(tmp_path: Path) -> None:
+    """The thread that fills a batch of a served model only hands it over (its stream can bring its next frame
+    while the server runs the batch); the group's completion thread collects and delivers the batches in the order
+    they were taken, each frame getting its own detections, with up to three batches at the server at once."""
+    from inferstream.batching import BatchGroup
+    from inferstream.inference import InferConfig, ModelStep
+
+    streams, rounds = 4, 12
+    with serving(tmp_path, "blobs:color_blob_detector", "cpu") as (spec, proc):
+        cfg = InferConfig(model=spec, family="yolo-end2end", labels=("red", "green", "blue"))
+        group = BatchGroup("served", cfg, ModelStep(cfg), batch_size=streams, max_latency_s=5.0)
+        members = [group.join() for _ in range(streams)]
+        log: list[tuple[int, int]] = []
+        jobs = [[_Job(10 + 37 * s + k % 3, log, s, k) for k in range(rounds)] for s in range(streams)]
+        led_and_went_on: list[bool] = []
+
+        def stream(s: int) -> None:  # in-flight 2: a frame waits for the one before it only once it is handed over
+            held = []
+            for job in jobs[s]:
+                held.append(group.submit(job, cfg.params, members[s]))
+                led_and_went_on.append(held[-1].taken and not held[-1].done)
+                if len(held) == 2:
+                    group.wait(held.pop(0))
+            group.wait(held.pop())
+
+        threads = [threading.Thread(target=stream, args=(s,), name=f"stream{s}") for s in range(streams)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        group._drain()
+        group.model.close()
+        counts = _stop(proc)
+    assert not any(t.is_alive() for t in threads)
+    for s in range(streams):
+        assert [k for t, k in log if t == s] == list(range(rounds)), f"stream {s}: frames delivered out of order"
+        for job in jobs[s]:
+            assert job.delivered_on.startswith("inferstream-complete-"), job.delivered_on
+            assert job.dets is not None and job.dets.labels.tolist() == [0]
+            torch.testing.assert_close(job.dets.boxes_xyxy[0], torch.tensor([job.x, 30.0, job.x + 40.0, 70]),
+                                       atol=1.5, rtol=0)  # its own frame's square, no other stream's
+    assert any(led_and_went_on), "no thread that filled a batch came back before the batch was done"
+    assert group.stats.batches == rounds and group.stats.frames == streams * rounds
+    assert counts["frames"] >= streams * rounds and counts["workers"] == 1, counts

@@ -41,7 +41,9 @@ RECONNECT_S: Final = 0.0  # by default a server that went away is an error at on
 # many workers start on one GPU (BENCHMARKS.md, *Model server on the H200*). So every answer is given that long; a
 # server that died is noticed at once anyway (its socket closes).
 ANSWER_TIMEOUT_S: Final = 300.0
-LANES: Final = 2  # batches of one client at the server at once: a batch group keeps one collecting, the next sent
+# batches of one backend at the server at once, each in its own lane: a batch group's completion thread collects
+# them in order while the threads that filled the next ones hand them over (pyinfer's in-flight up to 3 fills them)
+LANES: Final = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,17 +90,26 @@ class ServerLostError(InferenceServerError):
 class _Lane:
     """One connection to the server, with its own input and output tensors: one request in flight at a time."""
 
-    def __init__(self, address: str, owner: int, reconnect_s: float) -> None:
+    def __init__(self, address: str, owner: int, reconnect_s: float, beside: _Lane | None = None) -> None:
+        """The backend's first lane, or another ``beside`` it, opened while the backend runs: that one waits for a
+        server that is starting again as a lost lane does (``come_back``)."""
         self.address, self._owner, self._reconnect_s = address, owner, reconnect_s
-        try:
-            self._conn: Connection = Client(address, family="AF_UNIX")
-        except OSError as exc:
-            raise BackendInitError(f"no model server at {address}: {exc.strerror or exc}") from exc
-        info, served_on, dtype = self._ask(("hello", os.getpid(), owner))
-        self.hello: tuple[ModelInfo, str, str] = (info, served_on, dtype)
         self.input: Tensor | None = None  # before the first call or warmup: no tensors yet
         self.outputs: list[Tensor] = []
         self.busy = False  # a request sent whose answer is not read yet
+        self._conn: Connection
+        self.hello: tuple[ModelInfo, str, str]
+        if beside is not None:
+            self.hello = beside.hello
+            self._connect(ServerLostError(f"the model server at {address} took no further connection: it "
+                                          "stopped or died (its own error is in the run's log)"))
+            return
+        try:
+            self._conn = Client(address, family="AF_UNIX")
+        except OSError as exc:
+            raise BackendInitError(f"no model server at {address}: {exc.strerror or exc}") from exc
+        info, served_on, dtype = self._ask(("hello", os.getpid(), owner))
+        self.hello = (info, served_on, dtype)
 
     def _ask(self, message: tuple[Any, ...]) -> list[Any]:
         """Send ``message``; the answer's payload (an ``("error", why)`` answer raises)."""
@@ -163,9 +174,16 @@ class _Lane:
 
     def come_back(self, lost: ServerLostError) -> None:
         """Connect to the server started again at the socket and register as before; ``lost`` past the wait."""
-        deadline = time.monotonic() + self._reconnect_s
         self._conn.close()
         self.busy = False
+        self._connect(lost)
+        if self.input is not None:
+            self.register(self.input.shape[0], *self.input.shape[2:])
+
+    def _connect(self, lost: ServerLostError) -> None:
+        """Connect and say hello, waiting up to ``reconnect`` seconds for a server started again at the socket;
+        ``lost`` past the wait. The server must hold the model this lane's backend was given."""
+        deadline = time.monotonic() + self._reconnect_s
         while True:
             try:
                 self._conn = Client(self.address, family="AF_UNIX")
@@ -177,8 +195,6 @@ class _Lane:
                 time.sleep(0.2)
         if hello[:2] != self.hello[:2]:
             raise InferenceServerError(f"the model server at {self.address} came back with another model or device")
-        if self.input is not None:
-            self.register(self.input.shape[0], *self.input.shape[2:])
 
     def close(self) -> None:
         self.input, self.outputs = None, []
@@ -209,6 +225,7 @@ class ServedBackend:
             first.close()
             raise BackendInitError(f"the model server at {self.address} runs the model on {served_on}, "
                                    f"not on {device}: set the same device on both")
+        self.lanes = LANES  # how many batches may be submitted and not yet collected (batch_completion)
         self._lanes = [first]
         self._sent = 0  # batches submitted: the next one's lane is this modulo LANES
 
@@ -232,11 +249,11 @@ class ServedBackend:
         return collect
 
     def _next_lane(self) -> _Lane:
-        """The lanes in turn: a batch's outputs stay untouched while the next batch is sent and run, until the one
-        after it (the batch group decodes each batch before that one is handed over)."""
+        """The lanes in turn: a batch's outputs stay untouched until ``LANES`` batches later (a batch group's
+        completion thread decodes a batch before its lane is taken again: ``batch_completion``)."""
         index = self._sent % LANES
         if index == len(self._lanes):
-            lane = _Lane(self.address, id(self), self._reconnect_s)
+            lane = _Lane(self.address, id(self), self._reconnect_s, beside=self._lanes[0])
             first = self._lanes[0].input
             if first is not None:  # the size the group registered at its warm-up
                 self._with_server(lane, lambda: lane.register(first.shape[0], *first.shape[2:]))
