@@ -17,7 +17,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cache",),  # the cache directory
     # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
     ("native", "samples", "gstcompat"),  # gstcompat: what differs between the gst-python releases we run on
-    ("ops", "backends", "vlm", "nvinfer_config", "shared_worker", "model_thread"),  # pure computation, one job each
+    ("ops", "backends", "vlm", "nvinfer_config", "shared_worker", "model_thread",  # pure computation, one job each
+     "batch_completion"),
     ("models", "frames", "tracking", "model_server"),  # model families (over backends and ops); buffers -> RawFrame;
     # ByteTrack; the process that serves one model to many workers (over backends)
     ("meta",),  # metadata writers and readers
