@@ -74,11 +74,14 @@ class Member:
         index: how many members the group had before this one joined (the stream's default source id).
         tracker: the stream's tracker, registered here (``runner.tracking.seat``): once a batch is delivered, its
             thread tracks the frames of every member that has one, in one update.
+        in_flight: how many frames the stream may have in the group at once: above 1, a batch of a model server is
+            finished by the group's completion thread, so that the thread that filled it can bring its next frame.
     """
 
     group: BatchGroup
     index: int
     tracker: BatchTracker | None = None
+    in_flight: int = 1  # frames of this stream in the group at once (pyinfer's in-flight)
 
 
 class _Signal:
@@ -284,7 +287,7 @@ class BatchGroup:
             with self._take_turn(batch[0].turn):
                 turn_wait = time.monotonic() - t0
                 model = self.model
-                completion = self._completion_for(model)
+                completion = self._completion_for(model, batch)
                 if completion is not None:
                     completion.reserve()
                 try:
@@ -339,10 +342,13 @@ class BatchGroup:
         with self._lock:
             self._wake_oldest()  # frames that arrived meanwhile may form the next batch
 
-    def _completion_for(self, model: ModelStep) -> Completion | None:
-        """The group's completion thread when ``model`` runs batches on its own (started at its first batch),
-        else None. Called under the run lock, as swaps are."""
-        if not model.lanes:
+    def _completion_for(self, model: ModelStep, batch: list[Pending]) -> Completion | None:
+        """The group's completion thread when ``model`` runs batches on its own and a stream may bring its next
+        frame meanwhile (started at the first such batch, then kept for every batch until a swap, so that they
+        deliver in order), else None: with one frame per stream, every thread waits for its own frame anyway and
+        a thread hop would only cost. Called under the run lock, as swaps are."""
+        ahead = any(s.member is not None and s.member.in_flight > 1 for s in batch)
+        if not model.lanes or (self._completion is None and not ahead):
             return None
         if self._completion is None:
             from inferstream.batch_completion import Completion

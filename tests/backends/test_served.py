@@ -333,6 +333,8 @@ def test_a_batch_group_on_a_served_model_leads_a_batch_and_goes_on_while_it_runs
         cfg = InferConfig(model=spec, family="yolo-end2end", labels=("red", "green", "blue"))
         group = BatchGroup("served", cfg, ModelStep(cfg), batch_size=streams, max_latency_s=5.0)
         members = [group.join() for _ in range(streams)]
+        for member in members:
+            member.in_flight = 2
         log: list[tuple[int, int]] = []
         jobs = [[_Job(10 + 37 * s + k % 3, log, s, k) for k in range(rounds)] for s in range(streams)]
         led_and_went_on: list[bool] = []

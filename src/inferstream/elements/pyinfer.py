@@ -227,6 +227,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         except Exception as exc:  # the C boundary: report, refuse to start
             post_error(self, exc, f"cannot load model {self.model!r}")
             return False
+        member.in_flight = self.in_flight
         self._source_id = self.source_id if self.source_id >= 0 else member.index
         try:
             writer: AnalyticsWriter | None = AnalyticsWriter(
