@@ -292,7 +292,7 @@ class BatchGroup:
                     completion.reserve()
                 try:
                     with priority():
-                        handed = self._hand_over(batch, mapped)
+                        handed = self._hand_over(batch, mapped, collect=completion is None)
                 except BaseException:
                     if completion is not None:
                         completion.release()
@@ -381,9 +381,11 @@ class BatchGroup:
             self.stats.add(len(batch), t1 - t0, stages)
             self.stats.wait_s += sum(t0 - s.arrived for s in batch)
 
-    def _hand_over(self, batch: list[Pending], mapped: ExitStack) -> tuple[list[Pending], Ticket | None]:
-        """Map every frame (into ``mapped``) and hand them to the model in one batch; a frame that fails to map
-        fails alone. The frames handed over and their ticket (None: none was)."""
+    def _hand_over(self, batch: list[Pending], mapped: ExitStack, collect: bool) -> tuple[list[Pending],
+                                                                                       Ticket | None]:
+        """Map every frame (into ``mapped``) and hand them to the model in one batch (``collect``: and wait for its
+        results); a frame that fails to map fails alone. The frames handed over and their ticket (None: none
+        was)."""
         ready, frames = [], []
         for s in batch:
             try:
@@ -395,7 +397,7 @@ class BatchGroup:
             return [], None
         try:
             # frames with other thresholds could share a forward pass; keep it simple: the group's params
-            return ready, self._prepare_or_roll_back(frames, ready[0].params)
+            return ready, self._prepare_or_roll_back(frames, ready[0].params, collect)
         except BaseException as exc:
             for s in ready:
                 s.error = exc
@@ -415,24 +417,21 @@ class BatchGroup:
             return [], {}
         return list(zip(ready, results)), ticket.stage_s
 
-    def _prepare_or_roll_back(self, frames: list[RawFrame], params: DecodeParams) -> Ticket:
+    def _prepare_or_roll_back(self, frames: list[RawFrame], params: DecodeParams, collect: bool = True) -> Ticket:
         """The model's ticket for the batch. The first batch of a swapped-in model is inferred here and now: should
         it fail, the model it replaced infers it again."""
         fallback, self._fallback = self._fallback, None
         if fallback is None:
-            return self.model.prepare(frames, params)
+            return self.model.prepare(frames, params, collect)
         try:
-            ticket = self.model.prepare(frames, params)
-            ticket.result()
+            ticket = self.model.prepare(frames, params, collect=True)
         except Exception as exc:
             failed, (self.model, on_rollback) = self.model, fallback
             self.cfg = self.model.cfg
             failed.close()
             if on_rollback is not None:
                 on_rollback(failed, exc)
-            ticket = self.model.prepare(frames, params)
-            ticket.result()
-            return ticket
+            return self.model.prepare(frames, params, collect=True)
         fallback[0].close()  # the new model has proved itself on real frames
         return ticket
 

@@ -203,14 +203,21 @@ class ModelStep:
 
     def infer(self, frames: list[RawFrame], params: DecodeParams | None = None) -> list[Detections]:
         """Detections (CPU tensors, frame pixels) for each frame, in order, computed on the model's thread."""
-        return self.prepare(frames, params).result()
+        return self.prepare(frames, params, collect=True).result()
 
-    def prepare(self, frames: list[RawFrame], params: DecodeParams | None = None) -> Ticket:
+    def prepare(self, frames: list[RawFrame], params: DecodeParams | None = None, collect: bool = False) -> Ticket:
         """Preprocess the batch and hand it to the model. A backend that runs on its own (a model server's
         ``submit``) is left running, and ``Ticket.result`` waits for it and decodes: meanwhile the next batch can
         be prepared. Any other is run and decoded now, since its outputs live only until its next call (a CUDA
-        graph's static outputs)."""
-        return self._on_thread(lambda: self._prepare(frames, params))
+        graph's static outputs). With ``collect`` the ticket is collected too before this returns, in the same one hop to the model's thread
+        (a CPU model's), where a later ``result`` would hop there again."""
+
+        def prepared() -> Ticket:
+            ticket = self._prepare(frames, params)
+            if collect:
+                ticket.result()
+            return ticket
+        return self._on_thread(prepared)
 
     def _on_thread(self, fn: Callable[[], T]) -> T:
         return fn() if self._thread is None else self._thread.run(fn)

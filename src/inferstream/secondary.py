@@ -157,8 +157,9 @@ class ObjectClassifier(ModelStep):
         (frame,) = super()._blank_batch()
         return [ObjectFrame(frame, torch.tensor([[0.0, 0.0, float(frame.width), float(frame.height)]]))]
 
-    def prepare(self, frames: Sequence[RawFrame | ObjectFrame], params: DecodeParams | None = None) -> Ticket:
-        """``infer``, done now (the batch group's entry)."""
+    def prepare(self, frames: Sequence[RawFrame | ObjectFrame], params: DecodeParams | None = None,
+                collect: bool = True) -> Ticket:
+        """``infer``, done now whatever ``collect`` says (the batch group's entry)."""
         dets = self.infer(frames, params)
         return Ticket.done(dets, dict(self.stage_s))
 

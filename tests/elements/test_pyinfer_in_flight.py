@@ -108,11 +108,11 @@ def test_a_failing_batch_with_frames_in_flight_is_an_error_not_a_hang(monkeypatc
 
     prepare, calls = ModelStep.prepare, []
 
-    def fail_on_the_fifth(self: ModelStep, frames: Any, params: Any = None) -> Any:  # the batch group's entry
-        calls.append(len(frames))
+    def fail_on_the_fifth(self: ModelStep, frames: Any, params: Any = None, collect: bool = False) -> Any:
+        calls.append(len(frames))  # the batch group's entry
         if len(calls) == 5:
             raise RuntimeError("device lost")
-        return prepare(self, frames, params)
+        return prepare(self, frames, params, collect)
 
     monkeypatch.setattr(ModelStep, "prepare", fail_on_the_fifth)
     result = _play("failing", 2)
