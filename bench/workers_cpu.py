@@ -1,6 +1,7 @@
 """What ``inferstream run --workers N`` gives on this machine: the same config with 1 and with N workers, side by side.
 
     python bench/workers_cpu.py [--workers 1,2,2s] [--streams 4] [--frames 300] [--repeats 2] [--only free|person]
+                                [--in-flight N]
 
 A count with ``s`` (``2s``) runs those workers with ``infer.model-server``: one more process holds the model and
 runs the waiting batches of all workers as one forward, instead of a copy of the model (and its thread pool) in
@@ -42,8 +43,10 @@ BENCH = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
 
 
-def config(workload: str, streams: int, frames: int, server: bool = False) -> dict[str, Any]:
+def config(workload: str, streams: int, frames: int, server: bool = False, in_flight: int = 1) -> dict[str, Any]:
     served: dict[str, Any] = {"model-server": {}} if server else {}
+    if in_flight > 1:
+        served["in-flight"] = in_flight
     if workload == "free":
         sources = [{"id": f"s{i}", "test": "ball", "num-buffers": frames, "width": 64, "height": 64}
                    for i in range(streams)]
@@ -81,10 +84,11 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=300, help="frames per stream")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", choices=("free", "person"))
+    ap.add_argument("--in-flight", type=int, default=1, help="pyinfer's in-flight in every run")
     args = ap.parse_args()
     counts = args.workers.split(",")  # "2": two workers, "2s": two workers on one model server
-    print(f"host: {len(os.sched_getaffinity(0))} cores; {args.streams} streams x {args.frames} frames; "
-          f"best of {args.repeats}, worker counts alternating\n")
+    print(f"host: {len(os.sched_getaffinity(0))} cores; {args.streams} streams x {args.frames} frames, in-flight "
+          f"{args.in_flight}; best of {args.repeats}, worker counts alternating\n")
     print("| workload | workers | model server | frames/s | vs first | wall s | host cores | CPU µs/frame after "
           "start-up |")
     print("|---|---|---|---|---|---|---|---|")
@@ -94,8 +98,9 @@ def main() -> None:
             for n in counts:
                 server = n.endswith("s")
                 paths[n] = Path(tmp) / f"{workload}-{n}.yaml", Path(tmp) / f"{workload}-{n}-startup.yaml"
-                paths[n][0].write_text(yaml.safe_dump(config(workload, args.streams, args.frames, server)))
-                paths[n][1].write_text(yaml.safe_dump(config(workload, args.streams, 1, server)))
+                paths[n][0].write_text(yaml.safe_dump(config(workload, args.streams, args.frames, server,
+                                                              args.in_flight)))
+                paths[n][1].write_text(yaml.safe_dump(config(workload, args.streams, 1, server, args.in_flight)))
             best: dict[str, dict[str, float]] = {}
             us: dict[str, list[float]] = {n: [] for n in counts}
             for _ in range(args.repeats):

@@ -17,13 +17,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cache",),  # the cache directory
     # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
     ("native", "samples", "gstcompat"),  # gstcompat: what differs between the gst-python releases we run on
-    ("ops", "backends", "vlm", "nvinfer_config", "shared_worker", "model_thread",  # pure computation, one job each
-     "batch_completion"),
+    ("ops", "backends", "vlm", "nvinfer_config", "shared_worker", "model_thread"),  # pure computation, one job each
     ("models", "frames", "tracking", "model_server"),  # model families (over backends and ops); buffers -> RawFrame;
     # ByteTrack; the process that serves one model to many workers (over backends)
     ("meta",),  # metadata writers and readers
     ("inference", "secondary"),  # a batch through a model: primary, and secondary on object crops
-    ("batching",),  # frames of many streams into one batch
+    ("batching",),  # frames of many streams into one batch (and the thread that finishes a served model's batches)
     ("runner",),  # one buffer's path: settings, mapping, the batch group, writing, tracking (no GStreamer)
     ("messaging",),  # payloads, brokers, spool
     ("elements",),  # the GStreamer element classes

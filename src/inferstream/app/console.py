@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Protocol, TextIO
 
-from inferstream.batching import STAGES
+from inferstream.batching.slots import STAGES
 from inferstream.messaging.brokers.base import redact_credentials
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from inferstream.batching import STAGES
+from inferstream.batching.slots import STAGES
 
 STATUSES: Final = ("starting", "running", "done", "failed", "stopped")
 FPS_WINDOW_S: Final = 3.0

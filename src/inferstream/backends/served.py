@@ -225,7 +225,7 @@ class ServedBackend:
             first.close()
             raise BackendInitError(f"the model server at {self.address} runs the model on {served_on}, "
                                    f"not on {device}: set the same device on both")
-        self.lanes = LANES  # how many batches may be submitted and not yet collected (batch_completion)
+        self.lanes = LANES  # how many batches may be submitted and not yet collected (batching.completion)
         self._lanes = [first]
         self._sent = 0  # batches submitted: the next one's lane is this modulo LANES
 
@@ -250,7 +250,7 @@ class ServedBackend:
 
     def _next_lane(self) -> _Lane:
         """The lanes in turn: a batch's outputs stay untouched until ``LANES`` batches later (a batch group's
-        completion thread decodes a batch before its lane is taken again: ``batch_completion``)."""
+        completion thread decodes a batch before its lane is taken again: ``batching.completion``)."""
         index = self._sent % LANES
         if index == len(self._lanes):
             lane = _Lane(self.address, id(self), self._reconnect_s, beside=self._lanes[0])

@@ -29,7 +29,7 @@ from gi.repository import Gst
 DROPPED = Gst.FlowReturn.CUSTOM_SUCCESS  # GST_BASE_TRANSFORM_FLOW_DROPPED: the base class pushes nothing
 
 if TYPE_CHECKING:
-    from inferstream.batching import Pending
+    from inferstream.batching.slots import Pending
     from inferstream.runner.stream import StreamRunner
 
 

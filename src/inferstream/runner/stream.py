@@ -18,7 +18,8 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from inferstream.batching import BatchGroup, Member, Pending
+    from inferstream.batching import BatchGroup, Member
+    from inferstream.batching.slots import Pending
     from inferstream.detections import Detections
     from inferstream.frames.memory import Mapper
     from inferstream.frames.system import FrameFormat
