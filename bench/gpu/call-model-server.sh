@@ -1,14 +1,14 @@
 # The device calls for the model server (infer.model-server): on the H200 machine, from the repository root with
 # .gpu-carry carried (bench/gpu/README.md): the CUDA tests of the served backend and of the CUDA graphs, then the
 # app with and without the server. Writes pytest.log, pytest-graphs.log, h.json / h.md (the app_workers tables) and runlogs.txt to $OUT.
-# RUNS=... replaces the app_workers --runs list (the default: the thirteenth session's plan, BENCHMARKS.md);
+# RUNS=... replaces the app_workers --runs list (the default: the fourteenth session's plan, BENCHMARKS.md);
 # AB_OLD=.gpu-carry/old/src runs each also on that older src/ (git archive OLD src | tar -x -C .gpu-carry/old),
 # alternating, or only the runs marked :o. RUN_TIMEOUT=S bounds each run (default 120: the server's graph captures
 # come first); PROFILE=0 samples no worker with py-spy. APP_CHECK=1 first compares the app on the GPU with a model
 # server against the app on the CPU (app_correctness.py; carry .gpu-carry/clips and .gpu-carry/models). TESTS=0 runs
 # no CUDA test, TESTS=served only the served backend's.
 set -o pipefail; T0=$SECONDS
-RUNS=${RUNS:-auto:on:yes,auto:on:no,8:on:yes:b8:m:f2}
+RUNS=${RUNS:-auto:on:yes,auto:on:no,8:on:yes:b8:m:f4:x64}
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
 python -m pip install -q --no-index --no-deps .gpu-carry/appwheels/*.whl >/dev/null 2>&1; python -m pip install -q --no-index --no-deps .gpu-carry/wheels/py_spy-*.whl >/dev/null 2>&1
 python -c "import yaml, pydantic, inferstream.app.cli" || exit 3; python -c "import scipy" || echo "NO SCIPY: pytracker runs fail"; echo "prov $((SECONDS-T0)) s"
