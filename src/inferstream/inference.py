@@ -209,8 +209,8 @@ class ModelStep:
         """Preprocess the batch and hand it to the model. A backend that runs on its own (a model server's
         ``submit``) is left running, and ``Ticket.result`` waits for it and decodes: meanwhile the next batch can
         be prepared. Any other is run and decoded now, since its outputs live only until its next call (a CUDA
-        graph's static outputs). With ``collect`` the ticket is collected too before this returns, in the same one hop to the model's thread
-        (a CPU model's), where a later ``result`` would hop there again."""
+        graph's static outputs). With ``collect`` the ticket is collected before this returns, in the same hop to
+        a CPU model's thread, where a later ``result`` would hop there again."""
 
         def prepared() -> Ticket:
             ticket = self._prepare(frames, params)
