@@ -205,12 +205,14 @@ class ServedBackend:
     """The Backend protocol over a model server's socket (see the module docstring).
 
     ``submit`` sends a batch and returns at once, so that a batch group prepares its next batch while the server
-    runs this one: batches take the lanes in turn (a lane: a connection with its own tensors; the second is opened
-    at the second batch submitted). A server that goes away (stopped, killed, crashed) is waited
+    runs this one: batches take the lanes in turn (a lane: a connection with its own tensors; each one past the
+    first is opened at the first batch that needs it). A server that goes away (stopped, killed, crashed) is waited
     for ``reconnect`` seconds: a server started again at the same socket (the app restarts it) gets this client's
     registration again and the batch that was lost, so a restart costs a pause, not frames. Past that wait the call
     fails with the reason.
     """
+
+    lanes: Final = LANES  # how many batches may be submitted and not yet collected (batching.completion)
 
     def __init__(self, spec: str, device: torch.device | None = None) -> None:
         import torch
@@ -225,7 +227,6 @@ class ServedBackend:
             first.close()
             raise BackendInitError(f"the model server at {self.address} runs the model on {served_on}, "
                                    f"not on {device}: set the same device on both")
-        self.lanes = LANES  # how many batches may be submitted and not yet collected (batching.completion)
         self._lanes = [first]
         self._sent = 0  # batches submitted: the next one's lane is this modulo LANES
 

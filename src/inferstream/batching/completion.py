@@ -22,7 +22,6 @@ class Completion:
     """A daemon thread running the calls ``put`` to it one after another, in order, and the lanes they hold."""
 
     def __init__(self, name: str, lanes: int) -> None:
-        self.lanes = lanes
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._free = threading.Semaphore(lanes)
         self._idle = threading.Condition()
