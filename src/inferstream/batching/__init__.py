@@ -179,7 +179,7 @@ class BatchGroup:
             self._pending[0].wake.set()
 
     def _run(self, batch: list[Pending]) -> None:
-        """Hand the batch to the model, then finish it (``_finish``: collect its detections, deliver them), in two
+        """Hand the batch to the model, then deliver it (``_deliver_in_order``: collect its detections), in two
         phases so that two batches can be in flight: while this one writes its metadata (host work), the next one
         may already map its frames and wait on the model (the GIL released). Batches run in the order they were
         taken (``_take_turn``) and deliver in the order they ran (hand-over-hand locks). A model that runs a batch
@@ -201,24 +201,29 @@ class BatchGroup:
                     if completion is not None:
                         completion.release()
                     raise
-                finish = partial(self._finish, batch, handed, mapped, model, t0, turn_wait, completion)
                 if completion is not None:
-                    completion.put(finish)
+                    completion.put(partial(self._finish, batch, handed, mapped, model, t0, turn_wait, completion))
                     return
                 self._deliver_lock.acquire()  # before the next batch may start: delivery keeps the order
             try:
-                finish()
+                stages = self._deliver_in_order(handed, mapped, model, None)
             finally:
                 self._deliver_lock.release()
+            self._settle(batch, t0, turn_wait, stages)
         except BaseException as exc:  # delivered to every waiting thread, which posts it
             mapped.close()
             self._done(batch, exc)
 
     def _finish(self, batch: list[Pending], handed: tuple[list[Pending], Ticket | None], mapped: ExitStack,
-                model: ModelStep, t0: float, turn_wait: float, completion: Completion | None) -> None:
-        """Collect the batch's detections (waiting for the model if it runs on its own), deliver them, unmap its
-        frames (still in order: a failure there fails the whole batch) and count the batch; then its frames are
-        done. Never raises: a failure is the frames'."""
+                model: ModelStep, t0: float, turn_wait: float, completion: Completion) -> None:
+        """The completion thread's part of a batch (``_run`` does the same in line): never raises."""
+        self._settle(batch, t0, turn_wait, self._deliver_in_order(handed, mapped, model, completion))
+
+    def _deliver_in_order(self, handed: tuple[list[Pending], Ticket | None], mapped: ExitStack, model: ModelStep,
+                          completion: Completion | None) -> dict[str, float] | BaseException:
+        """Collect the batch's detections (waiting for the model if it runs on its own: its lane is free then),
+        deliver them and unmap its frames (still in order: a failure there fails the whole batch). The batch's
+        stages, or what failed it."""
         try:
             with mapped:
                 try:
@@ -230,10 +235,17 @@ class BatchGroup:
                 t1 = time.monotonic()
                 with priority():
                     self._deliver(inferred, model)
-            self._count(batch, t0, {"turn-wait": turn_wait, **stages, "deliver": time.monotonic() - t1})
+            return {**stages, "deliver": time.monotonic() - t1}
         except BaseException as exc:  # e.g. unmapping failed
-            self._done(batch, exc)
+            return exc
+
+    def _settle(self, batch: list[Pending], t0: float, turn_wait: float,
+                outcome: dict[str, float] | BaseException) -> None:
+        """Count the batch (``outcome``: its stages) or fail it (what failed it); then its frames are done."""
+        if isinstance(outcome, BaseException):
+            self._done(batch, outcome)
             return
+        self._count(batch, t0, {"turn-wait": turn_wait, **outcome})
         self._done(batch)
 
     def _done(self, batch: list[Pending], exc: BaseException | None = None) -> None:
