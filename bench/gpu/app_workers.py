@@ -9,7 +9,9 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
   clips     a few distinct 1080p H.264 clips made there (x264enc; the H200 has no NVENC), shared by the streams
   ceiling   the bare TorchScript on a static fp16 input, one CUDA graph replayed (NCHW, channels_last, and channels_last
             with cuDNN autotuning), per batch
-            size: what the model alone reaches, with no wrapper copies
+            size: what the model alone reaches, with no wrapper copies; on random values (the goal's ceiling) and,
+            channels_last, on zeros, on the clips' own frames letterboxed, and on vtest's when carried (the
+            GPU's speed depends on the values: the runs' frames have their own ceiling)
   runs      for each workers count, with and without pytracker: the app as a subprocess on a YAML config
             (decode: nvh264dec, infer.device: cuda, batch-size min(32, streams per worker), fakesink);
             frames/s from its Prometheus endpoint between 25 % and 90 % of the frames, GPU/NVDEC utilisation
@@ -30,7 +32,8 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             done (``NAME.gil.txt``, raw; samples / (rate x S) is how busy that worker's GIL was); ``--ab-old SRC`` runs
             each twice, the app importing ``SRC`` (an older tree's ``src/``) and this tree's, alternating the
             order run by run: code against code on one host, with one set of clips and one ceiling
-Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
+``BENCH_APP_PREFIX`` (environment) is put before each app's command line, e.g. ``nsys profile ...``
+(``call-kernel-profile.sh``). Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import socket
 import statistics
 import subprocess
@@ -77,10 +81,62 @@ def make_clips(out: Path, count: int, frames: int) -> list[Path]:
     return paths
 
 
-def bare_ceiling(batches: list[int], reps: int = 5) -> dict[str, Any]:
-    """img/s of one CUDA graph of the TorchScript on a static fp16 batch (median of ``reps`` timings): NCHW,
-    channels_last, and channels_last with cuDNN's autotuning on (``autotune``: each convolution's algorithm timed
-    before the capture instead of picked by heuristics; the app leaves it off)."""
+def letterboxed_frames(clips: list[Path], count: int, size: int = 640) -> Any:
+    """``count`` frames spread over ``clips`` (every 7th frame, round robin), letterboxed to ``size`` x ``size`` as
+    the app does (RGB, aspect kept, grey 114 around, values in [0, 1]): the content the model sees in the runs,
+    as ``Tensor[count, 3, size, size]`` on the CPU; None without OpenCV or frames."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    import numpy as np
+    import torch
+
+    caps = [cv2.VideoCapture(str(c)) for c in clips]
+    frames: list[Any] = []
+    for step in itertools.count():
+        if len(frames) >= count or step >= 7 * count:
+            break
+        cap = caps[step % len(caps)]
+        for _ in range(7):
+            ok, bgr = cap.read()
+        if not ok:
+            continue
+        h, w = bgr.shape[:2]
+        r = min(size / w, size / h)
+        nw, nh = round(w * r), round(h * r)
+        canvas = np.full((size, size, 3), 114, np.uint8)
+        top, left = (size - nh) // 2, (size - nw) // 2
+        canvas[top:top + nh, left:left + nw] = cv2.resize(bgr, (nw, nh), interpolation=cv2.INTER_LINEAR)[..., ::-1]
+        frames.append(torch.from_numpy(canvas).permute(2, 0, 1).float() / 255)
+    for cap in caps:
+        cap.release()
+    return torch.stack([frames[i % len(frames)] for i in range(count)]) if frames else None
+
+
+def _replay_rate(graph: Any, b: int, reps: int) -> float:
+    """img/s of back-to-back replays of ``graph`` (median of ``reps`` timings of ``1600 // b`` replays)."""
+    import torch
+
+    rates = []
+    for _ in range(reps):
+        iters = max(5, 1600 // b)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(iters):
+            graph.replay()
+        torch.cuda.synchronize()
+        rates.append(b * iters / (time.perf_counter() - t))
+    return statistics.median(rates)
+
+
+def bare_ceiling(batches: list[int], contents: dict[str, Any] | None = None, reps: int = 5) -> dict[str, Any]:
+    """img/s of one CUDA graph of the TorchScript on a static fp16 batch of uniform random values (median of
+    ``reps`` timings): NCHW, channels_last, and channels_last with cuDNN's autotuning on (``autotune``: each
+    convolution's algorithm timed before the capture instead of picked by heuristics; the app leaves it off).
+    The channels_last graph is timed again on ``contents`` (name: ``Tensor[N, 3, 640, 640]`` on the CPU, e.g. the
+    clips' frames letterboxed) and on zeros: the GPU's speed depends on the values it computes on
+    (``graph_gap.py``), so the model's ceiling on the runs' own frames is not the one on random values."""
     import torch
 
     out: dict[str, Any] = {}
@@ -101,16 +157,13 @@ def bare_ceiling(batches: list[int], reps: int = 5) -> dict[str, Any]:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     model(x)
-                rates = []
-                for _ in range(reps):
-                    iters = max(5, 1600 // b)
-                    torch.cuda.synchronize()
-                    t = time.perf_counter()
-                    for _ in range(iters):
-                        graph.replay()
-                    torch.cuda.synchronize()
-                    rates.append(b * iters / (time.perf_counter() - t))
-            out[f"{layout}-b{b}"] = round(statistics.median(rates), 1)
+                out[f"{layout}-b{b}"] = round(_replay_rate(graph, b, reps), 1)
+                if layout == "channels_last":
+                    inputs = {"zeros": torch.zeros(b, 3, 640, 640)}
+                    inputs.update({k: v[:b] for k, v in (contents or {}).items() if v is not None and len(v) >= b})
+                    for name, values in inputs.items():
+                        x.copy_(values.to(x.device, x.dtype))
+                        out[f"{layout}-b{b}-{name}"] = round(_replay_rate(graph, b, reps), 1)
             del graph
         del model
         torch.cuda.empty_cache()
@@ -235,7 +288,8 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
     path = out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     port = _free_port()
-    cmd = [sys.executable, "-m", "inferstream.app.cli", "run", str(path), "--workers", str(workers),
+    prefix = shlex.split(os.environ.get("BENCH_APP_PREFIX", ""))  # e.g. nsys profile ... (kernel_profile.py)
+    cmd = [*prefix, sys.executable, "-m", "inferstream.app.cli", "run", str(path), "--workers", str(workers),
            "--console", "quiet", "--metrics-port", str(port), "--mps", mps]
     samples: list[tuple[float, int]] = []
     cpu: list[tuple[float, float]] = []
@@ -404,6 +458,8 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
     res["of_ceiling_same_batch"] = round(res.get("fps", 0) / ceiling, 3)
     res["of_ceiling_b32"] = round(res.get("fps", 0) / max(v for k, v in report["ceiling"].items()
                                                            if k.endswith("-b32")), 3)
+    on_clips = report["ceiling"].get("channels_last-b32-clips")
+    res["of_clips_ceiling_b32"] = round(res.get("fps", 0) / on_clips, 3) if on_clips else "-"
     return res
 
 
@@ -420,6 +476,7 @@ def main() -> int:
     ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER[:bN][:iN][:fN][:m][:dX][:xN][:sS],... (e.g. 8:on:no,4:on:yes:b8) "
                     "instead of the product of --workers, --mps and --tracker")
     ap.add_argument("--profile", type=float, default=0.0, help="seconds of py-spy --gil on one worker per run")
+    ap.add_argument("--ceiling-from", type=Path, help="an earlier app_workers.json: its ceiling, not measured again")
     ap.add_argument("--ab-old", type=Path, help="an older src/ to run each config with too, alternating")
     args = ap.parse_args()
     Gst.init(None)
@@ -435,7 +492,13 @@ def main() -> int:
                  for w in args.workers.split(",")]
     batches = sorted({s.batch_size(args.streams) for s in specs} | {32}  # b32: the goal's
                      | {s.max_batch for s in specs if s.server})
-    report["ceiling"] = bare_ceiling(batches)
+    if args.ceiling_from:  # measured by an earlier invocation of this call (the runs here are profiled)
+        report["ceiling"] = json.loads(args.ceiling_from.read_text())["ceiling"]
+    else:
+        check_clip = ROOT / ".gpu-carry" / "clips" / "vtest-h264.mp4"  # a real camera's video, when carried
+        contents = {"clips": letterboxed_frames(clips, max(batches)),
+                    **({"vtest": letterboxed_frames([check_clip], max(batches))} if check_clip.exists() else {})}
+        report["ceiling"] = bare_ceiling(batches, contents)
     print("ceiling", report["ceiling"], flush=True)
     total = args.streams * args.frames
     report["runs"] = []
@@ -455,9 +518,9 @@ def main() -> int:
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
              ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share, the device's | pytracker | MPS | GIL switch ms "
-              "| frames/s | of bare ceiling (same batch) | of bare b32 | GPU % | NVDEC % | host cores | a worker's GIL busy "
+              "| frames/s | of bare ceiling (same batch) | of bare b32 | of the model on the clips' frames, b32 | GPU % | NVDEC % | host cores | a worker's GIL busy "
               "| a batch's wait / life, ms | its stages, ms | rc |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
@@ -468,7 +531,8 @@ def main() -> int:
                   if r.get("server") else "no")
         lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
-                     f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('gpu_util_pct', '-')} | "
+                     f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('of_clips_ceiling_b32', '-')} | "
+                     f"{r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | "
                      f"{r.get('batch_wait_ms', '-')} / {r.get('batch_infer_ms', '-')} | "
                      f"{', '.join(f'{k} {v:g}' for k, v in r.get('batch_stages_ms', {}).items()) or '-'} | {r['rc']}"
