@@ -32,8 +32,9 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             done (``NAME.gil.txt``, raw; samples / (rate x S) is how busy that worker's GIL was); ``--ab-old SRC`` runs
             each twice, the app importing ``SRC`` (an older tree's ``src/``) and this tree's, alternating the
             order run by run: code against code on one host, with one set of clips and one ceiling
-``BENCH_APP_PREFIX`` (environment) is put before each app's command line, e.g. ``nsys profile ...``
-(``call-kernel-profile.sh``). Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
+``--kernels S`` has every process of each run record S seconds of its device time per kernel at a quarter of
+the frames (``kernel_sample.py``: which share of the GPU the server's forwards and the workers' own kernels take).
+Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
 """
 from __future__ import annotations
 
@@ -42,7 +43,6 @@ import itertools
 import json
 import os
 import re
-import shlex
 import socket
 import statistics
 import subprocess
@@ -272,24 +272,28 @@ def profile_summary(path: Path, seconds: float) -> dict[str, Any]:
 
 
 def switch_site(out: Path) -> Path:
-    """A folder whose ``sitecustomize`` sets the GIL switch interval from ``BENCH_SWITCH_INTERVAL`` (seconds)."""
+    """A folder whose ``sitecustomize`` sets the GIL switch interval from ``BENCH_SWITCH_INTERVAL`` (seconds) and
+    arms ``kernel_sample`` when ``BENCH_KERNELS_GO`` is set."""
     site = out / "switch-site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(
         "import os, sys\nif os.environ.get('BENCH_SWITCH_INTERVAL'):\n"
-        "    sys.setswitchinterval(float(os.environ['BENCH_SWITCH_INTERVAL']))\n")
+        "    sys.setswitchinterval(float(os.environ['BENCH_SWITCH_INTERVAL']))\n"
+        "if os.environ.get('BENCH_KERNELS_GO'):\n"
+        f"    sys.path.append({str(Path(__file__).resolve().parent)!r})\n"
+        "    import kernel_sample\n    kernel_sample.arm()\n")
     return site
 
 
 def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total: int, timeout_s: float,
-            mps: str, src: Path | None = None, profile_s: float = 0.0, switch_s: float = 0.0) -> dict[str, Any]:
+            mps: str, src: Path | None = None, profile_s: float = 0.0, switch_s: float = 0.0,
+            kernels_s: float = 0.0) -> dict[str, Any]:
     import yaml
 
     path = out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     port = _free_port()
-    prefix = shlex.split(os.environ.get("BENCH_APP_PREFIX", ""))  # e.g. nsys profile ... (kernel_profile.py)
-    cmd = [*prefix, sys.executable, "-m", "inferstream.app.cli", "run", str(path), "--workers", str(workers),
+    cmd = [sys.executable, "-m", "inferstream.app.cli", "run", str(path), "--workers", str(workers),
            "--console", "quiet", "--metrics-port", str(port), "--mps", mps]
     samples: list[tuple[float, int]] = []
     cpu: list[tuple[float, float]] = []
@@ -301,6 +305,12 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), env.get("PYTHONPATH", "")) if p)
         if switch_s:
             env["BENCH_SWITCH_INTERVAL"] = str(switch_s)
+        go, kernels_out = out / f"{name}.kernels-go", out / f"{name}.kernels"
+        if kernels_s:
+            kernels_out.mkdir(exist_ok=True)
+            env.update({"BENCH_KERNELS_GO": str(go), "BENCH_KERNELS_S": str(kernels_s),
+                        "BENCH_KERNELS_OUT": str(kernels_out)})
+        if switch_s or kernels_s:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(switch_site(out)), env.get("PYTHONPATH", "")) if p)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
         spy = server_spy = None
@@ -312,6 +322,8 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
                 samples.append((now, done))
                 cpu.append((now, _busy_cpu_s()))
                 served.append((now, scraped[1]))
+                if kernels_s and not go.exists() and done >= 0.25 * total:
+                    go.touch()  # every process of the run samples its kernels now (kernel_sample)
                 if profile_s and spy is None and done >= 0.25 * total:
                     spy = start_profile(_worker_pid(proc.pid) or proc.pid, profile_s, out / f"{name}.gil.txt")
                     if (server := _worker_pid(proc.pid, b"inferstream.model_server")) is not None:
@@ -343,6 +355,10 @@ def run_app(cfg: dict[str, Any], workers: int | str, out: Path, name: str, total
     cores = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0]) if len(window) > 1 else None
     result.update({"fps": round(fps, 1), "frames_seen": samples[-1][1], "host_cores": cores and round(cores, 2),
                    **sampler.window(lo, hi), **server_window(served, lo, hi)})
+    if kernels_s:
+        from kernel_sample import summarise
+
+        result["kernels"] = summarise(kernels_out)
     if profile_s:
         result.update(profile_summary(out / f"{name}.gil.txt", profile_s))
         if (out / f"{name}.server.gil.txt").is_file():
@@ -447,7 +463,7 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
             f"{'-below' if spec.below_normal else ''}{'-everysum' if spec.every_sum else ''}"
             f"{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
-                  args.ab_old if side == "old" else None, args.profile, switch_s)
+                  args.ab_old if side == "old" else None, args.profile, switch_s, args.kernels)
     res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances,
                 "in_flight": spec.in_flight, "mps": mps, "server": spec.server, "delay_ms": spec.delay_ms,
                 "max_batch": spec.max_batch, "mps_priority": "below-normal" if spec.below_normal else "normal",
@@ -476,6 +492,8 @@ def main() -> int:
     ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER[:bN][:iN][:fN][:m][:dX][:xN][:sS],... (e.g. 8:on:no,4:on:yes:b8) "
                     "instead of the product of --workers, --mps and --tracker")
     ap.add_argument("--profile", type=float, default=0.0, help="seconds of py-spy --gil on one worker per run")
+    ap.add_argument("--kernels", type=float, default=0.0, help="seconds of every process's device time per kernel "
+                    "at a quarter of the frames (kernel_sample.py; torch's profiler)")
     ap.add_argument("--ceiling-from", type=Path, help="an earlier app_workers.json: its ceiling, not measured again")
     ap.add_argument("--ab-old", type=Path, help="an older src/ to run each config with too, alternating")
     args = ap.parse_args()
