@@ -44,7 +44,6 @@ import json
 import os
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -59,6 +58,7 @@ gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bare_graph import capture, replay_rate
 from measure import Nvml, Sampler, run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,22 +114,6 @@ def letterboxed_frames(clips: list[Path], count: int, size: int = 640) -> Any:
     return torch.stack([frames[i % len(frames)] for i in range(count)]) if frames else None
 
 
-def _replay_rate(graph: Any, b: int, reps: int) -> float:
-    """img/s of back-to-back replays of ``graph`` (median of ``reps`` timings of ``1600 // b`` replays)."""
-    import torch
-
-    rates = []
-    for _ in range(reps):
-        iters = max(5, 1600 // b)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(iters):
-            graph.replay()
-        torch.cuda.synchronize()
-        rates.append(b * iters / (time.perf_counter() - t))
-    return statistics.median(rates)
-
-
 def bare_ceiling(batches: list[int], contents: dict[str, Any] | None = None, reps: int = 5) -> dict[str, Any]:
     """img/s of one CUDA graph of the TorchScript on a static fp16 batch of uniform random values (median of
     ``reps`` timings): NCHW, channels_last, and channels_last with cuDNN's autotuning on (``autotune``: each
@@ -147,23 +131,15 @@ def bare_ceiling(batches: list[int], contents: dict[str, Any] | None = None, rep
         model = model.to(memory_format=fmt)
         for b in batches:
             x = torch.rand((b, 3, 640, 640), device="cuda").half().contiguous(memory_format=fmt)
-            stream = torch.cuda.Stream()
+            graph, _ = capture(model, x)
+            out[f"{layout}-b{b}"] = round(replay_rate(graph, b, reps), 1)
             with torch.inference_mode():
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(3):
-                        model(x)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    model(x)
-                out[f"{layout}-b{b}"] = round(_replay_rate(graph, b, reps), 1)
                 if layout == "channels_last":
                     inputs = {"zeros": torch.zeros(b, 3, 640, 640)}
                     inputs.update({k: v[:b] for k, v in (contents or {}).items() if v is not None and len(v) >= b})
                     for name, values in inputs.items():
                         x.copy_(values.to(x.device, x.dtype))
-                        out[f"{layout}-b{b}-{name}"] = round(_replay_rate(graph, b, reps), 1)
+                        out[f"{layout}-b{b}-{name}"] = round(replay_rate(graph, b, reps), 1)
             del graph
         del model
         torch.cuda.empty_cache()

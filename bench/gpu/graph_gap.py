@@ -26,30 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from bare_graph import capture, replay_rate
+
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = ("bare", "bare-buckets", "bare-pool", "backend", "backend-capture")
-
-
-def _loop_rate(replay: Any, b: int, reps: int = 5) -> float:
-    import torch
-
-    rates = []
-    for _ in range(reps):
-        iters = max(5, 1600 // b)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(iters):
-            replay()
-        torch.cuda.synchronize()
-        rates.append(b * iters / (time.perf_counter() - t))
-    return statistics.median(rates)
 
 
 def measure(variant: str, model_path: Path, batches: list[int]) -> dict[str, Any]:
@@ -72,17 +57,8 @@ def measure(variant: str, model_path: Path, batches: list[int]) -> dict[str, Any
         order = graph_buckets(max(batches)) + batches if variant == "bare-buckets" else batches
         for b in order:
             x = torch.rand((b, 3, 640, 640), device="cuda").half().contiguous(memory_format=torch.channels_last)
-            stream = torch.cuda.Stream()
-            with torch.inference_mode():
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(3):
-                        model(x)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                mode = {"pool": pool, "capture_error_mode": "thread_local"} if pool is not None else {}
-                with torch.cuda.graph(graph, **mode):
-                    keep.append(model(x))
+            graph, outputs = capture(model, x, pool)
+            keep.append(outputs)
             captured[b] = (graph, x)
     else:
         from inferstream.backends.torch_backend import TorchBackend
@@ -96,12 +72,12 @@ def measure(variant: str, model_path: Path, batches: list[int]) -> dict[str, Any
         captured = {b: (graphs._graphs[b, 640, 640].graph, graphs._graphs[b, 640, 640].input) for b in batches}
     out: dict[str, Any] = {}
     for b, (graph, static) in captured.items():
-        row = {"loop_ms": round(1000 * b / _loop_rate(graph.replay, b), 3),
+        row = {"loop_ms": round(1000 * b / replay_rate(graph, b), 3),
                "event_ms": round(_replay_ms(graph, times=10), 3)}
         for name, fill in (("rand", torch.rand_like), ("zeros", torch.zeros_like)):
             with torch.inference_mode():  # the backend's static inputs are inference tensors
                 static.copy_(fill(static))
-            row[f"{name}_loop_ms"] = round(1000 * b / _loop_rate(graph.replay, b), 3)
+            row[f"{name}_loop_ms"] = round(1000 * b / replay_rate(graph, b), 3)
         out[f"b{b}"] = row
     torch.cuda.synchronize()
     return out
