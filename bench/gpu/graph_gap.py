@@ -1,4 +1,4 @@
-"""Why the model server's CUDA graph of a batch replays slower than the bench's bare graph of the same TorchScript.
+"""The model server's CUDA graph of a batch against the bench's bare graph of the same TorchScript, variant by variant.
 
     python bench/gpu/graph_gap.py --out DIR [--model M] [--batches 8,32] [--mps off,on] [--rounds N]
 
@@ -16,7 +16,7 @@ times its graphs of ``--batches`` two ways: the replay loop of ``app_workers.bar
 
 Every graph is timed on three inputs written into its static input: what it was captured on, uniform random
 values in [0, 1] (``bare_ceiling``'s), and zeros (an input of constant colour): a GPU's speed can depend on the
-values it multiplies (its power draw), which would make a ceiling on random values wrong for real frames.
+values it computes on (call T: 8 % slower on zeros), so a graph timed on one input says little of another.
 
 ``--mps on`` runs every variant again as a client of a private MPS daemon (as the app's workers and server run).
 Writes ``graph_gap.json`` and prints one table.
@@ -107,13 +107,14 @@ def main() -> int:
         os._exit(0)  # tearing down CUDA graphs after the CUDA context can crash the interpreter's exit
     from inferstream.app.mps import cuda_mps
 
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
     report: dict[str, Any] = {}
     for mps in args.mps.split(","):
         with cuda_mps(mps, 2, "cuda", lambda s: print(s, flush=True)):  # type: ignore[arg-type]
+            # taken inside the block: the daemon's pipe folder is in the environment there
+            env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{os.environ.get('PYTHONPATH', '')}"}
             for rnd in range(args.rounds):
                 for variant in VARIANTS:
-                    res = _child(variant, args, {**env, **{k: v for k, v in os.environ.items() if "MPS" in k}})
+                    res = _child(variant, args, env)
                     report[f"{variant}-mps{mps}-{rnd}"] = res
                     print(f"| {variant} | mps {mps} | {rnd} | " + " | ".join(
                         f"b{b}: " + ", ".join(f"{k} {v}" for k, v in res.get(f"b{b}", {}).items()) for b in batches)

@@ -160,9 +160,9 @@ class CudaGraphs:
         return plan
 
     def _capture(self, key: tuple[int, int, int]) -> _Captured | None:
-        # random values, not zeros: a GPU runs a convolutional net on a constant input measurably slower than on
-        # frames (BENCHMARKS.md, the fifteenth session), and the replay time said and planned with is the frames'
-        static = torch.rand((key[0], 3, key[1], key[2]), device=self._device).to(self._dtype).contiguous(
+        # random values, not zeros: on an H200 yolo11s ran 8 % slower on zeros than on frames (BENCHMARKS.md,
+        # the fifteenth session), and the replay time said and planned with should be the frames'
+        static = torch.rand((key[0], 3, key[1], key[2]), dtype=self._dtype, device=self._device).contiguous(
             memory_format=self._memory_format)
         errors = []
         # a TorchScript module is tried as the interpreter optimises it (fusion), then unoptimised
