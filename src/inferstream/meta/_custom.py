@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -44,17 +45,28 @@ def _libs() -> tuple[Any, Any]:
     return gst, gobj
 
 
+_REGISTERING = threading.Lock()
+
+
 @functools.cache
 def register(name: str) -> int:
-    """Register custom meta ``name`` (idempotent, after Gst.init); returns its API GType."""
+    """Register custom meta ``name`` (idempotent, after Gst.init); returns its API GType.
+
+    Under one lock: every element's streaming thread may be first, and a second registration of a name fails while
+    the first is under way (GStreamer's meta table has no entry yet), so its lookup came back NULL.
+    """
     import gi
 
     gi.require_version("Gst", "1.0")
     from gi.repository import Gst
 
-    if Gst.meta_get_info(name) is None:
-        Gst.meta_register_custom_simple(name)
-    return int(ctypes.c_size_t.from_address(_libs()[0].gst_meta_get_info(name.encode())).value)  # GstMetaInfo.api
+    with _REGISTERING:
+        if Gst.meta_get_info(name) is None:
+            Gst.meta_register_custom_simple(name)
+        info = _libs()[0].gst_meta_get_info(name.encode())
+    if not info:
+        raise RuntimeError(f"GStreamer did not register the custom meta {name!r}")
+    return int(ctypes.c_size_t.from_address(info).value)  # GstMetaInfo.api
 
 
 def _value(gtype: int, setter: str, value: object) -> _GValue:

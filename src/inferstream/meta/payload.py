@@ -31,7 +31,7 @@ PAYLOAD_META: Final = "inferstream-payload"
 
 
 # one GValue type for every module that binds these (shared) libraries: ctypes checks argtypes by identity
-from inferstream.meta._custom import _G_TYPE_STRING, _G_TYPE_UINT64, _PV, _GValue
+from inferstream.meta._custom import _G_TYPE_STRING, _G_TYPE_UINT64, _PV, _GValue, register
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ def _native() -> Any:
     vp, cp, size, uint = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint
     for lib, name, res, args in (
             (gst, "gst_buffer_add_custom_meta", vp, (vp, cp)), (gst, "gst_custom_meta_get_structure", vp, (vp,)),
-            (gst, "gst_custom_meta_has_name", ctypes.c_int, (vp, cp)), (gst, "gst_meta_get_info", vp, (cp,)),
+            (gst, "gst_custom_meta_has_name", ctypes.c_int, (vp, cp)),
             (gst, "gst_buffer_iterate_meta_filtered", vp, (vp, ctypes.POINTER(vp), size)),
             (gst, "gst_structure_take_value", None, (vp, cp, _PV)), (gst, "gst_structure_get_value", _PV, (vp, cp)),
             (gst, "gst_value_array_get_type", size, ()), (gst, "gst_value_array_append_and_take_value", None, (_PV, _PV)),
@@ -61,10 +61,7 @@ def _native() -> Any:
             (gobj, "g_value_get_uint64", ctypes.c_uint64, (_PV,))):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, list(args)
-    if Gst.meta_get_info(PAYLOAD_META) is None:
-        Gst.meta_register_custom_simple(PAYLOAD_META)
-    api = ctypes.c_size_t.from_address(gst.gst_meta_get_info(PAYLOAD_META.encode())).value  # GstMetaInfo.api
-    return gst, gobj, api
+    return gst, gobj, register(PAYLOAD_META)
 
 
 def register_payload_meta() -> None:
