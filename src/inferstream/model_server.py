@@ -213,14 +213,15 @@ class ModelServer:
         return shared_in, [shared for _, shared in made]
 
     def _warm_up(self, capacity: int, height: int, width: int) -> None:
-        """Warm the model up for the forwards that requests of ``capacity`` frames make: up to ``max_batch`` (or
-        ``capacity`` when larger), which on a GPU captures the graphs of the powers of two below it and of itself;
-        with ``every_sum``, every sum of whole requests too (``request_sums``), so that no forward needs a larger
-        graph padded or several. On a GPU it is said, with the time it took (captures delay every worker's
-        start)."""
+        """Warm the model up for the forwards that requests of ``capacity`` frames make. On a GPU: up to
+        ``max_batch`` (or ``capacity`` when larger), which captures the graphs of the powers of two below it and of
+        itself; with ``every_sum``, every sum of whole requests too (``request_sums``), so that no forward needs a
+        larger graph padded or several; it is said, with the time it took (captures delay every worker's start).
+        On the CPU one batch of ``capacity`` readies the lazy parts: there is no graph to capture, and a dummy
+        forward of ``max_batch`` frames would only hold every worker's start for its duration."""
         from inferstream.backends.cuda_graphs import request_sums
 
-        top = max(capacity, self.max_batch)
+        top = max(capacity, self.max_batch) if self._stream is not None else capacity
         self._granule = math.gcd(self._granule, capacity)
         warm = self._warm.setdefault((height, width), set())
         if self.every_sum and self._stream is not None:

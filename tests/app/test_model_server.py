@@ -52,15 +52,23 @@ def _objects(payload: dict[str, Any]) -> list[tuple[str, Any, list[float]]]:
     return sorted((o["label"], -1 if o["track_id"] is None else o["track_id"], o["bbox"]) for o in payload["objects"])
 
 
+@pytest.fixture(scope="module")
+def alone_events(vtest: Path, person_pt: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The reference: the same config in one process, no server (run once for the module)."""
+    folder = tmp_path_factory.mktemp("alone") / "run"
+    alone, events = _run(_config(vtest, person_pt, folder), folder)
+    assert alone.returncode == 0, alone.stderr
+    return events
+
+
 # in-flight 2: a worker's next batch is formed while its last one is at the server (the GPU benchmark's runs)
 @pytest.mark.parametrize("in_flight", [1, 2])
 def test_two_workers_on_one_model_server_detect_and_track_every_frame_as_one_process(
-        vtest: Path, person_pt: Path, tmp_path: Path, in_flight: int) -> None:
+        vtest: Path, person_pt: Path, tmp_path: Path, alone_events: dict[str, Any], in_flight: int) -> None:
     served, served_events = _run(_config(vtest, person_pt, tmp_path / "served", **{"model-server": {},
                                                                                      "in-flight": in_flight}),
                                  tmp_path / "served", "--workers", "2")
-    alone, alone_events = _run(_config(vtest, person_pt, tmp_path / "alone"), tmp_path / "alone")
-    assert served.returncode == 0 and alone.returncode == 0, (served.stderr, alone.stderr)
+    assert served.returncode == 0, served.stderr
     assert "workers: worker 0 (cam0, cam1) ok; worker 1 (cam2, cam3) ok" in served.stdout
     assert "model server: " in served.stdout and " forwards (" in served.stdout
     for i, n in enumerate(LENGTHS):
