@@ -24,7 +24,7 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             each its own batch-group), ``m`` the app's ``infer.model-server`` (one process runs the batches of
             every worker; ``dX`` its ``delay-ms``, ``xN`` its ``max-batch``; the table gives its frames per forward
             and the share of the time it spent in forwards, both between 25 % and 90 % of the frames; ``pb`` its
-            ``mps-priority: below-normal``, ``ce`` its ``capture: every-sum``), ``o`` with ``--ab-old``: this run on the older tree only (with any
+            ``mps-priority: below-normal``, ``pw`` its ``mps-priority: workers-below-normal``, ``ce`` its ``capture: every-sum``), ``o`` with ``--ab-old``: this run on the older tree only (with any
             ``o`` run, the others run on this tree only, not on both), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
             once), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
@@ -358,7 +358,7 @@ class Spec:
     server: bool = False  # infer.model-server: one process holds the model for every worker
     delay_ms: float = 0.0
     max_batch: int = 32  # the model server's max-batch
-    below_normal: bool = False  # the model server's mps-priority: below-normal
+    mps_priority: str = "normal"  # the model server's mps-priority
     every_sum: bool = False  # the model server's capture: every-sum
     old_only: bool = False  # with --ab-old: this run on the older tree only (else each run on both)
 
@@ -382,8 +382,8 @@ class Spec:
                 opts["delay_ms"] = float(value)
             elif kind == "x":
                 opts["max_batch"] = int(value)
-            elif field_ == "pb":
-                opts["below_normal"] = True
+            elif field_ in ("pb", "pw"):
+                opts["mps_priority"] = "below-normal" if field_ == "pb" else "workers-below-normal"
             elif field_ == "ce":
                 opts["every_sum"] = True
             elif field_ == "o":
@@ -425,7 +425,7 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
                   **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
                   **({"in-flight": spec.in_flight} if spec.in_flight > 1 or spec.auto else {}),
                   **({"model-server": {"delay-ms": spec.delay_ms, "max-batch": spec.max_batch,
-                                       **({"mps-priority": "below-normal"} if spec.below_normal else {}),
+                                       **({"mps-priority": spec.mps_priority} if spec.mps_priority != "normal" else {}),
                                        **({"capture": "every-sum"} if spec.every_sum else {})}}
                      if spec.server else {})},
         "sink": {"type": "fakesink"},
@@ -435,13 +435,13 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
     name = (f"w{'auto' if spec.auto else ''}{workers}-b{batch}-i{spec.instances}-f{spec.in_flight}-{'track' if tracker else 'notrack'}-mps{mps}"
             f"{f'-si{switch_s}' if switch_s else ''}{f'-server{spec.delay_ms:g}' if spec.server else ''}"
             f"{f'-x{spec.max_batch}' if spec.server and spec.max_batch != 32 else ''}"
-            f"{'-below' if spec.below_normal else ''}{'-everysum' if spec.every_sum else ''}"
+            f"{'' if spec.mps_priority == 'normal' else '-' + spec.mps_priority}{'-everysum' if spec.every_sum else ''}"
             f"{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s, args.kernels)
     res.update({"name": name, "tracker": tracker, "batch": batch, "instances": spec.instances,
                 "in_flight": spec.in_flight, "mps": mps, "server": spec.server, "delay_ms": spec.delay_ms,
-                "max_batch": spec.max_batch, "mps_priority": "below-normal" if spec.below_normal else "normal",
+                "max_batch": spec.max_batch, "mps_priority": spec.mps_priority,
                 "capture": "every-sum" if spec.every_sum else "powers-of-two",
                 "code": side or "this tree",
                 "switch_interval_s": switch_s or sys.getswitchinterval()})
@@ -519,7 +519,7 @@ def main() -> int:
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
                   f"device {r.get('server_device_busy', '-')} ({r.get('server_device_ms_per_forward', '-')} ms a "
                   f"forward), GIL {r.get('server_gil_busy', '-')}, warm-up {r.get('server_warm_s', '-')} s"
-                  f"{', MPS priority below normal' if r.get('mps_priority') == 'below-normal' else ''}"
+                  f"{'' if r.get('mps_priority', 'normal') == 'normal' else ', MPS priority ' + r['mps_priority']}"
                   f"{', a graph for every sum' if r.get('capture') == 'every-sum' else ''}"
                   if r.get("server") else "no")
         lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "

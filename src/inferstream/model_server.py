@@ -350,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.die_with_parent:  # the workers finish their streams when the app dies: serve them until they are gone
         die_with_parent(signal.SIGUSR1)
-    if args.mps_priority == "below-normal":  # read when CUDA starts, which loading the model does
-        os.environ["CUDA_MPS_CLIENT_PRIORITY"] = "1"
+    # read when CUDA starts, which loading the model does; set either way: the app's workers may run below normal
+    os.environ["CUDA_MPS_CLIENT_PRIORITY"] = "1" if args.mps_priority == "below-normal" else "0"
     try:
         backend = load_backend(args.model, device=args.device, precision=args.precision, backend=args.backend,
                                trust_checkpoint=args.trust_checkpoint, graph=args.graph)

@@ -100,12 +100,12 @@ def test_a_model_the_server_cannot_load_fails_the_run_in_one_line(tmp_path: Path
 
 
 def _start_live(tmp_path: Path, buffers: int, *args: str, restarts: int | None = None, messages: bool = False,
-                new_session: bool = False) -> subprocess.Popen[str]:
+                new_session: bool = False, server: dict[str, Any] | None = None) -> subprocess.Popen[str]:
     """``inferstream run --workers 2`` (``args`` may say otherwise) of two live smpte streams (20 fps) through a
-    model server."""
+    model server (``server``: its options)."""
     live = {"test": "smpte", "num-buffers": buffers, "live": True, "framerate": 20, "width": 160, "height": 120}
     cfg: dict[str, Any] = {"sources": [{"id": f"cam{i}", **live} for i in range(2)],
-                           "infer": {**BLOBS, "model-server": {}}}
+                           "infer": {**BLOBS, "model-server": server or {}}}
     if restarts is not None:
         cfg["worker-restarts"] = restarts
     if messages:
@@ -205,6 +205,31 @@ def test_the_model_server_does_not_outlive_a_killed_app(tmp_path: Path) -> None:
             proc.kill()
 
 
+@pytest.mark.parametrize("priority", ["normal", "workers-below-normal"])
+def test_workers_below_normal_start_every_worker_as_a_below_normal_mps_client_and_the_server_normal(
+        tmp_path: Path, priority: str) -> None:
+    """What the app controls: the variable NVIDIA's MPS reads when a process's CUDA starts (that MPS then runs the
+    server's forwards first is the driver's part, not checked here: no GPU in CI)."""
+    proc = _start_live(tmp_path, 2000, "--interval", "0.5", server={"mps-priority": priority})
+    try:
+        _until_frames_flow(proc)
+        children = _children(proc.pid)
+        workers = [p for p in children if b"inferstream.app.worker" in _cmdline(p)]
+        assert len(workers) == 2, children
+        envs = [dict(e.split(b"=", 1) for e in Path(f"/proc/{p}/environ").read_bytes().split(b"\0") if b"=" in e)
+                for p in workers]
+        want = b"1" if priority == "workers-below-normal" else None
+        assert [e.get(b"CUDA_MPS_CLIENT_PRIORITY") for e in envs] == [want, want]
+        assert b"--mps-priority\0normal\0" in _cmdline(_server_pid(proc.pid))  # the server itself stays normal
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, 130, 143) and "Traceback" not in err, (out, err)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 @pytest.mark.parametrize("workers", [1, 2])  # one worker: the run's own process, the server beside it
 def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path, workers: int) -> None:
     import urllib.request
@@ -271,6 +296,10 @@ def test_workers_get_the_socket_and_the_server_gets_the_model_options(person_pt:
     on = load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt), "model-server": True}})
     assert on.infer.model_server is not None and on.infer.model_server.max_batch == 32
     assert (on.infer.model_server.capture, on.infer.model_server.mps_priority) == ("powers-of-two", "normal")
+    below = load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt), "model-server": {
+        "mps-priority": "workers-below-normal"}}})
+    command = server_command(below, Path("/s"))
+    assert command[command.index("--mps-priority") + 1] == "normal"  # the workers go below normal, not the server
     with pytest.raises(ConfigError, match="mps-priority"):
         load_config({"sources": [{"test": "smpte"}], "infer": {"model": str(person_pt),
                                                                "model-server": {"mps-priority": "high"}}})

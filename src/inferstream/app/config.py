@@ -26,7 +26,8 @@ name inferstream's sample files; ``{id}`` in a string property becomes the strea
                                   #   share of the streams (batch-size = that share, unless given)
       model-server: {}            # optional: one process holds the model for all workers and runs their batches
                                   #   together (max-batch: 32, delay-ms: 0, capture: powers-of-two |
-                                  #   every-sum, mps-priority: normal | below-normal; true / {} / false)
+                                  #   every-sum, mps-priority: normal | below-normal |
+                                  #   workers-below-normal; true / {} / false)
       secondary:                  # optional: more pyinfer property sets, chained after the primary
         - {model: other.onnx}
     tracker: {}                   # optional: pytracker properties (first-id defaults to disjoint ranges)
@@ -151,8 +152,9 @@ class ModelServerOptions(_Section):
     delay_ms: float = Field(0.0, ge=0)
     # on a GPU: "every-sum" captures a graph for every sum of whole requests, not only the powers of two
     capture: Literal["powers-of-two", "every-sum"] = "powers-of-two"
-    # under MPS: "below-normal" lets the workers' own kernels (letterbox, decoding) pass the server's forwards
-    mps_priority: Literal["normal", "below-normal"] = "normal"
+    # under MPS: "below-normal" starts the server as a below-normal client (the workers' own kernels pass its
+    # forwards); "workers-below-normal" starts the workers so (the server's forwards pass theirs)
+    mps_priority: Literal["normal", "below-normal", "workers-below-normal"] = "normal"
 
 
 class Infer(_Section):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ STOP_TIMEOUT_S: Final = 10.0
 RECONNECT_S: Final = 60.0  # how long workers wait for a server that ended, while it may be started again
 # pyinfer properties that the server applies; the workers' elements get the socket instead
 SERVER_OPTIONS: Final = ("model", "device", "precision", "backend", "graph", "trust-checkpoint")
+PRIORITY_ENV: Final = "CUDA_MPS_CLIENT_PRIORITY"  # NVIDIA MPS: 0 normal, 1 below normal, read when CUDA starts
 COUNTS: Final = ("frames", "forwards", "busy_s", "device_s")  # what the server counts, in its stats lines and its last line
 
 
@@ -46,7 +48,8 @@ def server_command(cfg: AppConfig, socket: Path) -> list[str]:
     command = [sys.executable, "-m", "inferstream.model_server", "--listen", str(socket), "--die-with-parent",
                "--max-batch", str(cfg.infer.model_server.max_batch),
                "--delay-ms", str(cfg.infer.model_server.delay_ms),
-               "--capture", cfg.infer.model_server.capture, "--mps-priority", cfg.infer.model_server.mps_priority]
+               "--capture", cfg.infer.model_server.capture,
+               "--mps-priority", "below-normal" if cfg.infer.model_server.mps_priority == "below-normal" else "normal"]
     for key in SERVER_OPTIONS:
         if key == "trust-checkpoint":
             command += ["--trust-checkpoint"] if props.get(key) in (True, "true", "1") else []
@@ -80,13 +83,32 @@ def model_server(cfg: AppConfig, say: Callable[[str], None]) -> Iterator[tuple[A
             f"{cfg.infer.model_server.max_batch} frames from every worker")
         threading.Thread(target=server.watch, daemon=True, name="model-server-watch").start()
         reconnect = RECONNECT_S if cfg.worker_restarts else 0
-        yield served_config(cfg, folder / "model.sock", reconnect), server.metrics
+        with _clients_below_normal(cfg.infer.model_server.mps_priority == "workers-below-normal"):
+            yield served_config(cfg, folder / "model.sock", reconnect), server.metrics
     finally:
         counts = server.stop()
         if counts.get("forwards"):
             say(f"model server: {counts['frames']} frames in {counts['forwards']} forwards "
                 f"({counts['frames'] / counts['forwards']:.1f} per forward)")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _clients_below_normal(below: bool) -> Iterator[None]:
+    """With ``below``, every CUDA process started in the block (the workers; this process, where it runs the
+    pipeline itself and CUDA has not started yet) is a below-normal MPS client, so the server's forwards, which
+    bound a served run, go first. The server sets its own priority (``--mps-priority``), restarted or not."""
+    before = os.environ.get(PRIORITY_ENV)
+    if below:
+        os.environ[PRIORITY_ENV] = "1"
+    try:
+        yield
+    finally:
+        if below:
+            if before is None:
+                os.environ.pop(PRIORITY_ENV, None)
+            else:
+                os.environ[PRIORITY_ENV] = before
 
 
 class _Server:
