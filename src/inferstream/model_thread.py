@@ -40,14 +40,28 @@ class ModelThread:
         or once closed, ``fn`` runs in the caller (nothing waits for a thread that will not come)."""
         if self._closed or threading.current_thread() is self._thread:
             return fn()
-        future: Future[T] = Future()
-        self._jobs.put((fn, future))  # type: ignore[arg-type]
-        return future.result()
+        return self.submit(fn).result()
 
-    def close(self) -> None:
-        """End the thread once the calls queued before this one are done."""
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        """``fn()`` on the thread, after the calls queued before it; its future (once closed: run in the caller,
+        the future already done)."""
+        future: Future[T] = Future()
+        if self._closed:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 (the caller's future carries it, as the thread's would)
+                future.set_exception(exc)
+            return future
+        self._jobs.put((fn, future))  # type: ignore[arg-type]
+        return future
+
+    def close(self, wait: bool = False) -> None:
+        """End the thread once the calls queued before this one are done; with ``wait``, return once it has ended
+        (a process about to exit: a thread still ending while the runtime tears down can abort it)."""
         self._closed = True
         self._jobs.put(None)
+        if wait and threading.current_thread() is not self._thread:
+            self._thread.join()
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:

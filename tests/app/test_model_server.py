@@ -118,12 +118,13 @@ def _start_live(tmp_path: Path, buffers: int, *args: str, restarts: int | None =
 
 
 def _until_frames_flow(proc: subprocess.Popen[str]) -> list[str]:
-    """The console lines up to the first one that shows frames through the server on both streams."""
+    """The console lines up to the first one that shows frames through the server on both streams (each worker
+    starts on its own clock: one stream may still be connecting when the other's frames flow)."""
     assert proc.stdout is not None
     seen = []
     for line in proc.stdout:
         seen.append(line)
-        if re.search(r"cam1 running [1-9]\d*f", line):
+        if all(re.search(rf"{sid} running [1-9]\d*f", line) for sid in ("cam0", "cam1")):
             break
     return seen
 

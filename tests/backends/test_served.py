@@ -63,8 +63,9 @@ def _stop(proc: subprocess.Popen[str]) -> dict[str, int]:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
-    busy, device = counts.pop("busy_s"), counts.pop("device_s")
+    busy, device, queued = counts.pop("busy_s"), counts.pop("device_s"), counts.pop("queued")
     assert (busy > 0 and 0 < device <= busy) or not counts["forwards"], (busy, device, counts)
+    assert 0 <= queued < max(1, counts["forwards"]), (queued, counts)  # the first forward queues behind none
     return counts
 
 
@@ -85,6 +86,21 @@ def _assert_same(served: list[torch.Tensor], local: list[torch.Tensor]) -> None:
     assert [tuple(s.shape) for s in served] == [tuple(t.shape) for t in local]
     for s, t in zip(served, local):
         torch.testing.assert_close(s.float(), t.float(), atol=2e-2, rtol=1e-2)
+
+
+def _ask_at_once(workers: list[Backend], frames: list[torch.Tensor], timeout: float) -> dict[int, list[torch.Tensor]]:
+    """Each worker's batch sent from a thread of its own, all at once: the outputs, copied, by worker."""
+    outputs: dict[int, list[torch.Tensor]] = {}
+
+    def ask(k: int) -> None:
+        outputs[k] = [o.clone() for o in workers[k](frames[k])]
+
+    threads = [threading.Thread(target=ask, args=(k,)) for k in range(len(workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return outputs
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -115,17 +131,8 @@ def test_two_workers_requests_run_as_one_forward_each_getting_its_own_frames(
         for w in workers:
             w.warmup(2, (size, size))
         frames = [_frames(2, 10 + k, device, size).to(local.dtype) for k in range(2)]
-        outputs: dict[int, list[torch.Tensor]] = {}
-
-        def ask(k: int) -> None:
-            outputs[k] = [o.clone() for o in workers[k](frames[k])]
-
-        threads = [threading.Thread(target=ask, args=(k,)) for k in range(2)]
         started = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        outputs = _ask_at_once(workers, frames, 60)
         assert time.monotonic() - started < 20, "the server waited out its delay: it did not see both requests"
         for k in range(2):
             _assert_same(outputs[k], local(frames[k]))  # each worker's own frames, not the other's
@@ -166,6 +173,53 @@ def test_batches_sent_before_the_last_one_is_collected_each_get_their_own_output
         assert counts["workers"] == 1, counts  # three lanes, one client
 
 
+SLOW_MODEL = """
+import time
+
+import torch
+from torch import nn
+
+
+class SlowMeans(nn.Module):
+    \"\"\"Each frame's channel means, after sleeping {forward_s} s on a batch of more than one frame.\"\"\"
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            time.sleep({forward_s})
+        return x.mean(dim=(2, 3))
+
+
+def make():
+    return SlowMeans()
+"""
+
+
+def test_a_full_forward_is_launched_behind_the_running_one_and_each_worker_gets_its_own_rows(tmp_path: Path) -> None:
+    """Three workers ask for 2 frames each at once, with forwards of at most 2: the first runs, the second is
+    launched behind it while it runs (the device never waits for the server's host work between them), the third
+    behind the second once the first has ended; each worker gets its own frames' outputs."""
+    forward_s = 0.6
+    model = tmp_path / "slow.py"
+    model.write_text(SLOW_MODEL.format(forward_s=forward_s))
+    with serving(tmp_path, f"{model}:make", "cpu", "--max-batch", "2") as (spec, proc):
+        workers = [load_backend(spec) for _ in range(3)]
+        for w in workers:
+            w.warmup(2, (32, 32))
+        frames = [_frames(2, 30 + k, "cpu", 32) for k in range(3)]
+        outputs = _ask_at_once(workers, frames, 60)
+        for k in range(3):
+            torch.testing.assert_close(outputs[k][0], frames[k].mean(dim=(2, 3)))
+        for w in workers:
+            w.close()
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    counts = json.loads(out.strip().splitlines()[-1])
+    assert (counts["forwards"], counts["frames"], counts["queued"]) == (3, 6, 2), (counts, err)
+    # busy: three forwards one after the other, a queued one counted from the end of the one before (from its launch
+    # the two queued ones would add 2 x forward_s more)
+    assert 3 * forward_s <= counts["busy_s"] < 4 * forward_s, counts
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (CUDA graphs)")
 def test_on_a_gpu_three_requests_of_8_run_their_own_graph_of_24(tmp_path: Path) -> None:
     """With ``--capture every-sum`` every sum of whole requests gets a CUDA graph of its own: three workers'
@@ -179,16 +233,7 @@ def test_on_a_gpu_three_requests_of_8_run_their_own_graph_of_24(tmp_path: Path) 
         for w in workers:
             w.warmup(8, (size, size))
         frames = [_frames(8, 20 + k, "cuda", size).to(local.dtype) for k in range(3)]
-        outputs: dict[int, list[torch.Tensor]] = {}
-
-        def ask(k: int) -> None:
-            outputs[k] = [o.clone() for o in workers[k](frames[k])]
-
-        threads = [threading.Thread(target=ask, args=(k,)) for k in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        outputs = _ask_at_once(workers, frames, 120)
         for k in range(3):
             _assert_same(outputs[k], local(frames[k]))
         for w in workers:
@@ -286,11 +331,12 @@ def test_no_room_for_the_shared_tensors_is_that_workers_error_not_a_crash(monkey
     from multiprocessing import Pipe
 
     from inferstream import model_server
+    from inferstream.model_server import shared
 
     server = model_server.ModelServer(load_backend("blobs:color_blob_detector"))
     here, there = Pipe()
     client = model_server._Client(there)
-    monkeypatch.setattr(model_server, "_free_bytes", lambda _folder: 1000)
+    monkeypatch.setattr(shared, "free_bytes", lambda _folder: 1000)
     server._handle(client, ("register", 2, 64, 64))
     kind, why = here.recv()
     assert kind == "error" and why.startswith("OSError: no room for a ") and "inferstream-slots-" in why
@@ -299,7 +345,7 @@ def test_no_room_for_the_shared_tensors_is_that_workers_error_not_a_crash(monkey
     kind, shared_in, shared_out = here.recv()
     assert kind == "slots" and shared_in.shape == (2, 3, 64, 64) and len(shared_out) == 1
     server.close()
-    assert not any(folder.exists() for folder in server._folders)
+    assert not any(folder.exists() for folder in server._shared.folders)
 
 
 class _Job:

@@ -38,7 +38,8 @@ RECONNECT_S: Final = 60.0  # how long workers wait for a server that ended, whil
 # pyinfer properties that the server applies; the workers' elements get the socket instead
 SERVER_OPTIONS: Final = ("model", "device", "precision", "backend", "graph", "trust-checkpoint")
 PRIORITY_ENV: Final = "CUDA_MPS_CLIENT_PRIORITY"  # NVIDIA MPS: 0 normal, 1 below normal, read when CUDA starts
-COUNTS: Final = ("frames", "forwards", "busy_s", "device_s")  # what the server counts, in its stats lines and its last line
+# what the server counts, in its stats lines and its last line
+COUNTS: Final = ("frames", "forwards", "busy_s", "device_s", "queued")
 
 
 def server_command(cfg: AppConfig, socket: Path) -> list[str]:
@@ -201,6 +202,9 @@ class _Server:
             *metric_lines("model_server_device_seconds_total", "counter", "Seconds the device took for those forwards, "
                           "timed on it (CUDA events; on the CPU the same as busy): busy minus this is the host's share",
                           [("", total["device_s"])]),
+            *metric_lines("model_server_queued_forwards_total", "counter", "Forwards launched behind one still "
+                          "running (the device went on to them without waiting for the server's host work)",
+                          [("", total["queued"])]),
             *metric_lines("model_server_workers", "gauge", "Batch-groups connected to the model server",
                           [("", live.get("workers", 0))]),
         ]) + "\n"

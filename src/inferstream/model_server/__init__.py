@@ -4,46 +4,46 @@
 
 Workers load ``model=ipc:///run/x/model.sock`` (``backends.served``): each registers its input size and batch
 size, gets input and output tensors shared with it (CUDA IPC on a GPU, a file in ``/dev/shm`` on the CPU), and
-sends ``("run", n)`` once its batch is in its input. The server's one thread takes every request that is waiting,
-up to ``max-batch`` frames, runs them as one forward (on a GPU: on the cheapest cover of its frames by the
-captured CUDA graphs, ``backends.cuda_graphs``) on its own CUDA stream, copies each worker's outputs into
-that worker's tensors, waits for the stream and answers ``("done",)``. It never waits for a batch to fill
-(``--delay-ms`` lets it wait that long for workers that have not asked yet): with the GPU busy, requests pile up
-while a forward runs, and the next forward takes them all.
+sends ``("run", n)`` once its batch is in its input. The server's main thread takes every request that is
+waiting, up to ``max-batch`` frames, as one forward (on a GPU: on the cheapest cover of its frames by the captured
+CUDA graphs, ``backends.cuda_graphs``) whose last step copies each worker's outputs into that worker's tensors,
+and answers ``("done",)`` once the forward has ended. It never waits for a batch to fill (``--delay-ms`` lets it
+wait that long for workers that have not asked yet): with the GPU busy, requests pile up while a forward runs,
+and the next forward takes them all. Up to ``DEPTH`` forwards are under way at once: on a GPU the next one is
+launched on the server's CUDA stream behind the running one as soon as its requests fill a forward, so the GPU
+goes from one forward to the next without waiting for this process to read, answer and launch; the model's
+thread (``model_thread``) waits for each forward's end (on the CPU it runs the forward: its one OpenMP pool).
 
-The socket's folder is the access control (the app makes it private): whoever can connect can send pickles.
-Prints one JSON line ``{"ready": ...}`` once the model is loaded (the app waits for it), ``{"stats": ...}`` every
-second (forwards, frames, workers connected: the app's metrics), ``{"note": ...}`` for its console (the graphs
-it captured, in how long) and one line of counts at exit; SIGTERM or SIGINT
-stops it. With ``--die-with-parent`` (the app's server) the death of the app makes it serve its workers until they
-have finished their streams and gone, then end: it is never left running. A model that fails to load is one line on stderr and exit code 2.
+The socket's folder is the access control (the app makes it private): whoever can connect can send pickles. What
+the process prints, and how it stops: ``__main__``.
 """
 from __future__ import annotations
 
-import argparse
-import contextlib
 import itertools
 import json
 import math
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from inferstream.backends.served import SharedFile
-from inferstream.native.process import die_with_parent, discard_output
+from inferstream.model_server.shared import SharedTensors
+from inferstream.model_thread import ModelThread
+from inferstream.native.process import discard_output
 
 STATS_EVERY_S: Final = 1.0
 DRAIN_S: Final = 60.0
+DEPTH: Final = 2  # forwards under way at once: the running one and one queued behind it on the device
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from concurrent.futures import Future
+
     import torch
     from torch import Tensor
 
@@ -58,24 +58,47 @@ class _Client:
     input: Tensor | None = None
     outputs: list[Tensor] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
-    asked: int = 0  # frames of the request waiting to run, 0: none
+    asked: int = 0  # frames of the request not answered yet (waiting, or in a forward), 0: none
     asked_at: int = 0  # the request's number: the oldest run first
+    in_forward: bool = False  # its request is in a forward under way
+
+
+@dataclass(eq=False)
+class _Forward:
+    """One forward under way: its requests, and the tensors it reads and writes, held until it has ended (a worker
+    that goes meanwhile must not free memory the device still uses)."""
+
+    jobs: list[_Client]
+    inputs: list[Tensor]  # each job's rows of its input
+    outputs: list[list[Tensor]]  # each job's output tensors
+    launched: float  # perf_counter
+    timers: tuple[Any, Any] | None = None  # CUDA events around it on the server's stream
+    ended: float = 0.0
+    error: str | None = None
+    settled: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def frames(self) -> int:
+        return sum(rows.shape[0] for rows in self.inputs)
 
 
 class ModelServer:
     """The serving loop (see the module docstring); ``serve`` runs it until ``stop``."""
 
-    def __init__(self, backend: Backend, max_batch: int = 32, delay_s: float = 0.0, every_sum: bool = False) -> None:
+    def __init__(self, backend: Backend, max_batch: int = 32, delay_s: float = 0.0, every_sum: bool = False,
+                 thread: ModelThread | None = None) -> None:
         """``every_sum``: on a GPU, capture a graph for every sum of whole requests up to ``max_batch``
-        (``--capture every-sum``), not only the powers of two."""
+        (``--capture every-sum``), not only the powers of two. ``thread``: the model's thread, where a CPU model
+        was loaded (``main``); one of its own otherwise."""
         import torch
         import torch.multiprocessing  # registers torch's CUDA IPC reductions with the pickler
 
         self.backend, self.max_batch, self.delay_s, self.every_sum = backend, max_batch, delay_s, every_sum
         self._stream = torch.cuda.Stream(backend.device) if backend.device.type == "cuda" else None
-        # a forward's start and end on the device: how long the GPU itself took, apart from the host around it
-        self._timers = ((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                        if self._stream is not None else None)
+        self._thread = thread or ModelThread("model-server-model")
+        self._running: list[_Forward] = []  # under way, oldest first: at most DEPTH
+        self._ended: deque[_Forward] = deque()  # ended, to answer: the model's thread hands them to the main one
+        self._last_end = 0.0  # when the last forward ended: busy time counts a forward queued behind it from there
         self._clients: list[_Client] = []
         self._accepted: list[Connection] = []
         self._accept_lock = threading.Lock()
@@ -85,12 +108,12 @@ class ModelServer:
         self._requests = itertools.count()
         self._warm: dict[tuple[int, int], set[int]] = {}  # (height, width): the batch sizes warmed up for
         self._granule = 0  # the registered batch sizes' greatest common divisor: forwards are sums of its multiples
-        # CPU tensors live in files both processes map: in memory (/dev/shm) when it has room, else the temp folder
-        self._folders = [Path(tempfile.mkdtemp(prefix="inferstream-slots-", dir=d))
-                         for d in (("/dev/shm",) if Path("/dev/shm").is_dir() else ()) + (None,)]
+        self._shared = SharedTensors(backend.device)
         self.forwards = self.frames = 0
+        self.queued = 0  # forwards launched while another was under way: the GPU did not wait for this process
         self._owners: set[tuple[int, int]] = set()  # every backend served, for the count at exit
-        self.busy_s = 0.0  # in forwards, from the first launch to the stream's end: its rate is how busy the model is
+        self.busy_s = 0.0  # in forwards, from each launch (or the end of the one it queued behind) to its end: its
+        # rate is how busy the model is
         self.device_s = 0.0  # the same forwards timed on the device (on the CPU: busy_s)
 
     # the loop ----------------------------------------------------------------------------------------------
@@ -100,9 +123,8 @@ class ModelServer:
         try:
             while not self._stopping:
                 self._read(wait([c.conn for c in self._clients] + [self._wake_r], timeout=STATS_EVERY_S))
-                if any(c.asked for c in self._clients):
-                    self._linger()
-                    self._run_batch()
+                self._answer_ended()
+                self._launch_ready()
                 if self._drain_until and (not self._clients or time.monotonic() > self._drain_until):
                     break  # the app is gone and so are its workers (or they had their time)
                 if time.monotonic() - said >= STATS_EVERY_S:  # for the app's metrics
@@ -119,14 +141,16 @@ class ModelServer:
 
     def counts(self) -> dict[str, float]:
         """What the app's metrics add up (``app.serving.COUNTS``)."""
-        return {"forwards": self.forwards, "frames": self.frames, "busy_s": self.busy_s, "device_s": self.device_s}
+        return {"forwards": self.forwards, "frames": self.frames, "busy_s": self.busy_s, "device_s": self.device_s,
+                "queued": self.queued}
 
     def close(self) -> None:
-        """Let every worker go and remove the shared files."""
+        """Let every worker go, remove the shared files and end the model's thread."""
+        self._settle()
         for client in list(self._clients):
             self._drop(client)
-        for folder in self._folders:
-            shutil.rmtree(folder, ignore_errors=True)
+        self._shared.close()
+        self._thread.close(wait=True)
 
     def stop(self) -> None:
         """Ask the loop to end (safe from a signal handler)."""
@@ -183,11 +207,13 @@ class ModelServer:
                 dtype = str(self.backend.dtype).removeprefix("torch.")
                 self._send(client, ("info", self.backend.info, str(self.backend.device), dtype))
             elif kind == "register":
+                self._settle()  # warming up replays graphs that share memory with the forwards: none may be under way
                 self._send(client, ("slots", *self._register(client, *args)))
-            elif kind == "run" and client.input is not None and 0 < args[0] <= client.shape[0]:
+            elif kind == "run" and client.input is not None and not client.asked and 0 < args[0] <= client.shape[0]:
                 client.asked, client.asked_at = int(args[0]), next(self._requests)
             else:
-                why = f"unexpected request {kind!r} (register before run, at most the registered batch)"
+                why = (f"unexpected request {kind!r} (register before run, at most the registered batch, one run "
+                       "at a time)")
                 self._send(client, ("error", why))
         except Exception as exc:  # noqa: BLE001 (a bad size, a model that fails on it, no memory: that worker's error)
             self._send(client, ("error", f"{type(exc).__name__}: {exc}"))
@@ -197,20 +223,31 @@ class ModelServer:
         import torch
 
         self._release(client)
-        self._warm_up(capacity, height, width)
-        probe = torch.zeros((1, 3, height, width), dtype=self.backend.dtype, device=self.backend.device)
-        with torch.inference_mode():
-            probed = [(tuple(o.shape), o.dtype) for o in self.backend(probe)]
+        self._on_model(lambda: self._warm_up(capacity, height, width))
+        probed = self._on_model(lambda: self._probe(height, width))
         if any(not shape or shape[0] != 1 for shape, _ in probed):
             raise ValueError(f"outputs {[s for s, _ in probed]} do not all have the batch first: this model "
                              "cannot be served")
-        client.input, shared_in = self._tensor(client, (capacity, 3, height, width), self.backend.dtype)
-        made = [self._tensor(client, (capacity, *shape[1:]), dtype) for shape, dtype in probed]
+        client.input, shared_in = self._shared.make(client.files, (capacity, 3, height, width), self.backend.dtype)
+        made = [self._shared.make(client.files, (capacity, *shape[1:]), dtype) for shape, dtype in probed]
         client.outputs = [tensor for tensor, _ in made]
         client.shape = (capacity, height, width)
         if self.backend.device.type == "cuda":
             torch.cuda.synchronize(self.backend.device)
         return shared_in, [shared for _, shared in made]
+
+    def _probe(self, height: int, width: int) -> list[tuple[tuple[int, ...], torch.dtype]]:
+        """The shape and dtype of each output for one frame of ``height`` x ``width``."""
+        import torch
+
+        probe = torch.zeros((1, 3, height, width), dtype=self.backend.dtype, device=self.backend.device)
+        with torch.inference_mode():
+            return [(tuple(o.shape), o.dtype) for o in self.backend(probe)]
+
+    def _on_model(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` where the model computes: on the CPU its thread (one OpenMP pool), on a GPU here (kernels are
+        launched from this thread; its forwards are settled first)."""
+        return fn() if self._stream is not None else self._thread.run(fn)
 
     def _warm_up(self, capacity: int, height: int, width: int) -> None:
         """Warm the model up for the forwards that requests of ``capacity`` frames make. On a GPU: up to
@@ -237,59 +274,106 @@ class ModelServer:
             say({"note": f"warmed up for batches of {', '.join(map(str, sizes))} at {height}x{width} in "
                          f"{time.monotonic() - started:.1f} s ({status})"})
 
-    def _tensor(self, client: _Client, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[Tensor, Any]:
-        """A zeroed tensor for ``client`` and what to send it: the CUDA tensor itself (torch's reduction pickles
-        an IPC handle of it), or the file a CPU tensor is mapped from."""
-        import torch
-
-        if self.backend.device.type == "cuda":
-            tensor = torch.zeros(shape, dtype=dtype, device=self.backend.device)
-            return tensor, tensor
-        size = dtype.itemsize * math.prod(shape)
-        folder = next((f for f in self._folders if _free_bytes(f) > 2 * size), None)
-        if folder is None:  # a full tmpfs would kill both processes with SIGBUS when the pages are touched
-            raise OSError(f"no room for a {size / 1e6:.0f} MB shared tensor in {' or '.join(map(str, self._folders))}")
-        path = folder / f"{id(client):x}-{len(client.files)}"
-        client.files.append(path)
-        shared = SharedFile(str(path), shape, str(dtype).removeprefix("torch."))
-        return shared.open(), shared
-
-    # one forward of every waiting request --------------------------------------------------------------------
-    def _run_batch(self) -> None:
-        import torch
-
-        jobs: list[_Client] = []  # the oldest requests first, of the oldest request's input size
-        for client in sorted((c for c in self._clients if c.asked), key=lambda c: c.asked_at):
+    # forwards of the waiting requests --------------------------------------------------------------------------
+    def _waiting(self) -> list[_Client]:
+        """The next forward's requests: the oldest first, of the oldest request's input size, up to ``max_batch``
+        frames (one request larger than that runs alone)."""
+        jobs: list[_Client] = []
+        for client in sorted((c for c in self._clients if c.asked and not c.in_forward), key=lambda c: c.asked_at):
             same = not jobs or client.shape[1:] == jobs[0].shape[1:]
             if same and (not jobs or sum(j.asked for j in jobs) + client.asked <= self.max_batch):
                 jobs.append(client)
-        started = time.perf_counter()
-        try:
-            with torch.inference_mode(), torch.cuda.stream(self._stream) if self._stream else contextlib.nullcontext():
-                if self._timers is not None:
-                    self._timers[0].record()
-                parts = [j.input[:j.asked] for j in jobs if j.input is not None]
-                outputs = self.backend(parts[0] if len(parts) == 1 else torch.cat(parts))
-                start = 0
-                for job in jobs:
-                    for mine, out in zip(job.outputs, outputs):
-                        mine[:job.asked].copy_(out[start:start + job.asked])
-                    start += job.asked
-                if self._timers is not None:
-                    self._timers[1].record()
-            if self._stream is not None:
-                self._stream.synchronize()
-            answer: tuple[Any, ...] = ("done",)
-            self.forwards += 1
-            self.frames += start
-            busy = time.perf_counter() - started
-            self.busy_s += busy
-            self.device_s += self._timers[0].elapsed_time(self._timers[1]) / 1000 if self._timers else busy
-        except Exception as exc:  # noqa: BLE001 (the forward failed: every worker in it hears why, the server goes on)
-            answer = ("error", f"the forward failed: {type(exc).__name__}: {exc}")
+        return jobs
+
+    def _launch_ready(self) -> None:
+        """Launch forwards while fewer than ``DEPTH`` are under way. With none under way the requests waiting now
+        go (after ``delay_s`` for idle workers); behind a running forward only a full one is launched: the requests
+        that pile up while a forward runs would otherwise be split over smaller forwards."""
+        while len(self._running) < DEPTH and (jobs := self._waiting()):
+            if self._running and sum(j.asked for j in jobs) < self.max_batch:
+                return
+            if not self._running:
+                self._linger()
+                if not (jobs := self._waiting()):  # the only worker asking went meanwhile
+                    return
+            self._launch(jobs)
+
+    def _launch(self, jobs: list[_Client]) -> None:
+        """Start one forward of ``jobs``: on a GPU its kernels on the server's stream, the model's thread waiting
+        for its end; on the CPU the whole forward on the model's thread. Its end is answered by ``_answer_ended``."""
+        import torch
+
+        inputs = [job.input[:job.asked] for job in jobs if job.input is not None]
+        forward = _Forward(jobs, inputs, [job.outputs for job in jobs], time.perf_counter())
         for job in jobs:
-            job.asked = 0
-            self._send(job, answer)
+            job.in_forward = True
+        self.queued += bool(self._running)
+        self._running.append(forward)
+        try:
+            if self._stream is None:
+                future: Future[Any] = self._thread.submit(lambda: self._forward(forward))
+            else:
+                # its start and end on the device: how long the GPU itself took, apart from the host around it
+                forward.timers = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                with torch.cuda.stream(self._stream):
+                    self._forward(forward)
+                future = self._thread.submit(forward.timers[1].synchronize)
+        except Exception as exc:  # noqa: BLE001 (the forward failed: every worker in it hears why, the server goes on)
+            self._end(forward, exc)
+            return
+        future.add_done_callback(lambda done: self._end(forward, done.exception()))
+
+    def _forward(self, forward: _Forward) -> None:
+        """Run the model on the requests' rows and copy each worker's rows of the outputs into its tensors."""
+        import torch
+
+        with torch.inference_mode():
+            if forward.timers is not None:
+                forward.timers[0].record()
+            inputs = forward.inputs
+            outputs = self.backend(inputs[0] if len(inputs) == 1 else torch.cat(inputs))
+            start = 0
+            for rows, mine in zip(inputs, forward.outputs):
+                n = rows.shape[0]
+                for dst, out in zip(mine, outputs):
+                    dst[:n].copy_(out[start:start + n])
+                start += n
+            if forward.timers is not None:
+                forward.timers[1].record()
+
+    def _end(self, forward: _Forward, exc: BaseException | None) -> None:
+        """``forward`` has ended (on the model's thread): hand it to the main thread, which answers its workers."""
+        forward.ended = time.perf_counter()
+        if exc is not None:
+            forward.error = f"the forward failed: {type(exc).__name__}: {exc}"
+        self._ended.append(forward)
+        forward.settled.set()
+        os.write(self._wake_w, b"f")
+
+    def _answer_ended(self) -> None:
+        """Count the forwards that have ended and answer their workers (``done``, or the forward's error)."""
+        while self._ended:
+            forward = self._ended.popleft()
+            self._running.remove(forward)
+            if forward.error is None:
+                self.forwards += 1
+                self.frames += forward.frames
+                busy = forward.ended - max(forward.launched, self._last_end)  # queued behind another: from its end
+                self.busy_s += busy
+                timers = forward.timers
+                self.device_s += timers[0].elapsed_time(timers[1]) / 1000 if timers is not None else busy
+            self._last_end = max(self._last_end, forward.ended)
+            answer = ("done",) if forward.error is None else ("error", forward.error)
+            for job in forward.jobs:
+                job.asked, job.in_forward = 0, False
+                if job in self._clients:
+                    self._send(job, answer)
+
+    def _settle(self) -> None:
+        """Wait for the forwards under way to end, and answer them."""
+        for forward in list(self._running):
+            forward.settled.wait()
+        self._answer_ended()
 
     # clients -----------------------------------------------------------------------------------------------
     def _send(self, client: _Client, message: tuple[Any, ...]) -> None:
@@ -318,59 +402,3 @@ def say(message: dict[str, Any]) -> None:
     except (BrokenPipeError, ValueError):
         discard_output(sys.stdout)
 
-
-def _free_bytes(folder: Path) -> int:
-    stat = os.statvfs(folder)
-    return stat.f_bavail * stat.f_frsize
-
-
-def main(argv: list[str] | None = None) -> int:
-    from inferstream.backends.loader import load_backend
-    from inferstream.errors import InferstreamError
-
-    ap = argparse.ArgumentParser(prog="python -m inferstream.model_server", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--listen", required=True, help="the socket path workers connect to (model=ipc://PATH)")
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--precision", default="auto")
-    ap.add_argument("--backend", default="auto")
-    ap.add_argument("--graph", default="auto")
-    ap.add_argument("--trust-checkpoint", action="store_true")
-    ap.add_argument("--max-batch", type=int, default=32)
-    ap.add_argument("--delay-ms", type=float, default=0.0)
-    ap.add_argument("--capture", choices=("powers-of-two", "every-sum"), default="powers-of-two",
-                    help="on a GPU, the batch sizes to capture CUDA graphs for: powers of two up to max-batch (a "
-                    "forward runs on the cheapest cover by them), or also every sum of whole requests (a longer "
-                    "start)")
-    ap.add_argument("--mps-priority", choices=("normal", "below-normal"), default="normal",
-                    help="the server's scheduling priority as a CUDA MPS client: below-normal lets the workers' own "
-                    "kernels (letterbox, decoding) run ahead of its forwards")
-    ap.add_argument("--die-with-parent", action="store_true", help="when the process that started it dies, end "
-                    "once its workers are gone (the app's own server)")
-    args = ap.parse_args(argv)
-    if args.die_with_parent:  # the workers finish their streams when the app dies: serve them until they are gone
-        die_with_parent(signal.SIGUSR1)
-    # read when CUDA starts, which loading the model does; set either way: the app's workers may run below normal
-    os.environ["CUDA_MPS_CLIENT_PRIORITY"] = "1" if args.mps_priority == "below-normal" else "0"
-    try:
-        backend = load_backend(args.model, device=args.device, precision=args.precision, backend=args.backend,
-                               trust_checkpoint=args.trust_checkpoint, graph=args.graph)
-    except InferstreamError as exc:
-        print(f"model server: cannot load {args.model}: {exc}", file=sys.stderr)
-        return 2
-    server = ModelServer(backend, max(1, args.max_batch), max(0.0, args.delay_ms) / 1000,
-                         every_sum=args.capture == "every-sum")
-    Path(args.listen).unlink(missing_ok=True)
-    listener = Listener(args.listen, family="AF_UNIX")
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: server.stop())
-    signal.signal(signal.SIGUSR1, lambda *_: server.drain())
-    say({"ready": args.listen, "device": str(backend.device)})
-    server.serve(listener)
-    say({**server.counts(), "workers": server.served})
-    backend.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
