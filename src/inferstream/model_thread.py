@@ -47,12 +47,9 @@ class ModelThread:
         the future already done)."""
         future: Future[T] = Future()
         if self._closed:
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 (the caller's future carries it, as the thread's would)
-                future.set_exception(exc)
-            return future
-        self._jobs.put((fn, future))  # type: ignore[arg-type]
+            _fulfil(fn, future)
+        else:
+            self._jobs.put((fn, future))  # type: ignore[arg-type]
         return future
 
     def close(self, wait: bool = False) -> None:
@@ -65,8 +62,12 @@ class ModelThread:
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
-            fn, future = job
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 (raised again in the calling thread, which reports it)
-                future.set_exception(exc)
+            _fulfil(*job)
+
+
+def _fulfil(fn: Callable[[], T], future: Future[T]) -> None:
+    """``fn()``'s result or exception into ``future`` (raised again in the thread that waits for it)."""
+    try:
+        future.set_result(fn())
+    except BaseException as exc:  # noqa: BLE001 (the waiting thread reports it)
+        future.set_exception(exc)

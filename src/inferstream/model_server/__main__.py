@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
-
     ap = argparse.ArgumentParser(prog="python -m inferstream.model_server",
                                  description=(server_doc or "").split("\n\n")[0])
     ap.add_argument("--listen", required=True, help="the socket path workers connect to (model=ipc://PATH)")
@@ -85,6 +84,7 @@ def _serve(args: argparse.Namespace, thread: ModelThread) -> int:
     say({**server.counts(), "workers": server.served})
     backend.close()
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
