@@ -6,7 +6,7 @@
 # alternating, or only the runs marked :o. RUN_TIMEOUT=S bounds each run (default 120: the server's graph captures
 # come first); PROFILE=0 samples no worker with py-spy. APP_CHECK=1 first compares the app on the GPU with a model
 # server against the app on the CPU (app_correctness.py; carry .gpu-carry/clips and .gpu-carry/models). TESTS=0 runs
-# no CUDA test, TESTS=served only the served backend's.
+# no CUDA test, TESTS=served only the served backend's (TEST_K=EXPR: only those of them).
 set -o pipefail; T0=$SECONDS
 RUNS=${RUNS:-auto:on:yes,auto:on:no,8:on:yes:b8:m:f4:x64}
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
@@ -17,7 +17,7 @@ cuda_tests() {  # LOG SECONDS PYTEST-ARGS...: one pytest run, its outcome lines 
   timeout "$limit" python -m pytest -q -p no:cacheprovider -rs "$@" > "$log" 2>&1; grep -E "passed|failed|FAILED|Error" "$log" | tail -12
 }
 if [ "${TESTS:-1}" != 0 ]; then
-  cuda_tests pytest.log 150 tests/backends/test_served.py -k "cuda or gpu"
+  cuda_tests pytest.log 300 tests/backends/test_served.py -k "${TEST_K:-cuda or gpu}" --durations=8
   [ "${TESTS:-1}" = served ] || cuda_tests pytest-graphs.log 90 tests/elements/test_pyinfer_cuda.py -k graph
 fi
 echo "tests $((SECONDS-T0)) s"
