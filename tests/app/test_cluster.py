@@ -125,11 +125,11 @@ def test_cluster_sigkilled_actor_is_restarted_or_its_streams_failed(cluster: str
         _wait_frames(url, ["cam2", "cam3"], 5)
         os.kill(pids[1], signal.SIGKILL)  # the actor's own process, on its node
         out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1, err  # an actor died: the exit code says so, restarted or not
+    assert proc.returncode == 1, (out, err)  # an actor died: the exit code says so, restarted or not
     died = f"worker 1 (cam2, cam3) died: Ray actor pid {pids[1]} on node "
     assert died in err and "ended: its worker process has died" in err, err
     summary = _summary(out)
-    assert summary["cam0"] == summary["cam1"] == ("done", 60)  # the other actor went on
+    assert summary["cam0"] == summary["cam1"] == ("done", 60), (out, err)  # the other actor went on
     assert re.search(rf"worker 1 \(cam2, cam3\) on node \w+ died 1x, restarted {restarts}x", err), err
     if restarts:
         assert "restarting its streams from the start (restart 1 of 1)" in err
