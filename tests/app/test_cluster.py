@@ -8,6 +8,7 @@ anything starts; the checks and the auto rule on their own with node tables."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import shutil
@@ -139,6 +140,49 @@ def test_cluster_sigkilled_actor_is_restarted_or_its_streams_failed(cluster: str
     else:
         assert "no restarts left" in err
         assert summary["cam2"][0] == summary["cam3"][0] == "failed"
+
+
+def test_cluster_relay_takes_what_a_run_queued_after_an_empty_take(cluster: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI: a take came back empty, the run then queued its last snapshot and exit and returned, and the relay,
+    seeing it returned, took a healthy worker for dead (its streams failed at 54 of 60 frames, "exited with code
+    1"). ray.wait is held here until the run has returned: that window opens on every run."""
+    import ray
+
+    from inferstream.app.clusterproc import ActorProcess
+    from inferstream.app.clusterworker import ClusterWorker
+
+    class LateRun(ClusterWorker):
+        def run(self, delay_s: float, fail: bool) -> int:  # type: ignore[override]
+            time.sleep(delay_s)  # the first take (0.25 s) comes back empty
+            if fail:
+                raise RuntimeError("a bug in the run")
+            self._console.send(snapshot="last")
+            self._console.send(exit=0)
+            return 0
+
+    real_wait = ray.wait
+
+    def wait_for_the_run(refs: list[Any], timeout: float | None = None, **kw: Any) -> Any:
+        real_wait(refs, timeout=None)
+        return real_wait(refs, timeout=timeout, **kw)
+
+    ray.init(address=cluster, logging_level=logging.ERROR, log_to_driver=False)
+    monkeypatch.setattr(ray, "wait", wait_for_the_run)
+    try:
+        for fail in (False, True):
+            got: list[dict[str, Any] | None] = []
+            proc = ActorProcess(ray.remote(LateRun), {"num_cpus": 0, "max_concurrency": 4}, (1.0, fail), got.append,
+                                60)
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if fail:  # still a run that raised: no exit, and why
+                assert proc.poll() == 1 and "a bug in the run" in proc.cause and got == [None], (proc.cause, got)
+            else:
+                assert proc.poll() == 0 and got == [{"snapshot": "last"}, {"exit": 0}, None], (proc.cause, got)
+    finally:
+        ray.shutdown()
 
 
 def test_cluster_sigterm_finishes_every_mp4_of_every_actor(cluster: str, tmp_path: Path) -> None:

@@ -81,14 +81,21 @@ class ActorProcess:
         return f" pid {self.pid} on node {self.node}" if self.pid else ""
 
     def _pump(self) -> int:
-        """Relay reports until the run's ``exit``; raises RayActorError when the actor dies."""
+        """Relay reports until the run's ``exit``; raises RayActorError when the actor dies.
+
+        An empty ``take`` says nothing of what the run queued after it gave up: a run seen to have returned gets
+        one more ``take`` (all it queued before returning is there), and only without an ``exit`` in it did the
+        run end without one. Deciding at once lost the last snapshot and the ``exit`` of a run that returned in
+        between: a healthy worker "died" with "exited with code 1" (CI, on a busy 2-core machine).
+        """
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
         timeout: float | None = self._place_timeout_s  # the first call waits for the actor to be placed
+        returned = False  # the run has returned: the next take is the last
         while True:
             try:
-                now, items = ray.get(self._actor.take.remote(REPORT_WAIT_S), timeout=timeout)
+                now, items = ray.get(self._actor.take.remote(0.0 if returned else REPORT_WAIT_S), timeout=timeout)
             except GetTimeoutError:
                 self._report({"fatal": f"the Ray cluster did not place it within {self._place_timeout_s:g} s (its "
                                        "resources are taken; cluster.place-timeout)"})
@@ -103,7 +110,9 @@ class ActorProcess:
                 self._report(item)
             if any("exit" in item for item in items):
                 return 0
-            if not items and ray.wait([self._run], timeout=0)[0]:
+            if not returned and not items and ray.wait([self._run], timeout=0)[0]:
+                returned = True  # take what it queued before returning
+            elif returned:
                 try:  # the run returned without its exit report: it raised
                     ray.get(self._run)
                 except RayActorError:
