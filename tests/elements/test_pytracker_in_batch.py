@@ -168,16 +168,16 @@ def test_a_failing_batch_is_the_failing_streams_pytracker_error(monkeypatch: pyt
                                                                  batch_sizes: list[int]) -> None:
     """The batched update fails whenever stream 2's tracker is in it; tracked frame by frame, only stream 2's
     tracker fails, so trk2 alone reports it."""
-    from inferstream.tracking import bytetrack_core
+    from inferstream.tracking import bytetrack_native
 
-    update = bytetrack_core.update
+    update = bytetrack_native.update  # what ByteTrack calls (numpy's core where no compiler exists)
 
     def broken_for_stream_2(cfg, streams, dets, pts_ns):  # type: ignore[no-untyped-def]
         if any(2000 <= s.next_id < 3000 for s in streams):
             raise RuntimeError("tracker of stream 2 corrupted")
         return update(cfg, streams, dets, pts_ns)
 
-    monkeypatch.setattr(bytetrack_core, "update", broken_for_stream_2)
+    monkeypatch.setattr(bytetrack_native, "update", broken_for_stream_2)
     result = _play("failing", True, detector=FLICKER, tracker="", streams=4, frames=5)
     assert batch_sizes, "no batched update was tried"
     assert result.errors and "tracking failed" in result.errors[0], result.errors

@@ -60,17 +60,17 @@ def test_tracking_in_batches_gives_the_tracks_of_tracking_each_buffer() -> None:
 
 
 def test_a_failure_in_a_batch_is_kept_for_its_stage_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inferstream.tracking import bytetrack_core
+    from inferstream.tracking import bytetrack_native
 
     good, bad = _stage(1)[0], _stage(1000)[0]
-    update = bytetrack_core.update
+    update = bytetrack_native.update  # what ByteTrack calls (numpy's core where no compiler exists)
 
     def broken_for_bad(cfg, streams, dets, pts_ns):  # type: ignore[no-untyped-def]
         if any(s.next_id >= 1000 for s in streams):  # the batched update, and then bad's own
             raise RuntimeError("tracker state corrupted")
         return update(cfg, streams, dets, pts_ns)
 
-    monkeypatch.setattr(bytetrack_core, "update", broken_for_bad)
+    monkeypatch.setattr(bytetrack_native, "update", broken_for_bad)
     bufs = [_buffer(0, 0.0), _buffer(0, 7.0)]
     track_batch([(good, bufs[0]), (bad, bufs[1])])
     error = bad.take_error()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from inferstream.detections import Detections
-from inferstream.tracking import ByteTrack, TrackResult, update_streams
+from inferstream.tracking import ByteTrack, TrackResult, bytetrack_native, update_streams
 from inferstream.tracking import matching as matching_module
 
 FRAME_NS = 33_333_333
@@ -164,6 +164,7 @@ def test_update_streams_resolves_conflicts_within_each_stream(monkeypatch: pytes
     results still match."""
     blocks: list[tuple[int, int]] = []
     solve = matching_module.match_pairs
+    monkeypatch.setattr(bytetrack_native, "_lib", lambda: None)  # numpy's core (the compiled one: its own tests)
 
     def counting(sim: np.ndarray, min_sim: float) -> tuple[np.ndarray, np.ndarray]:
         blocks.append(sim.shape)
@@ -197,6 +198,7 @@ def test_update_streams_changes_no_tracker_when_the_batch_fails(monkeypatch: pyt
         raise RuntimeError("boom")
 
     monkeypatch.setattr(bytetrack_core, "_results", fail)
+    monkeypatch.setattr(bytetrack_native, "_unpack", fail)  # the compiled core's last step
     with pytest.raises(RuntimeError, match="boom"):
         update_streams(trackers, frames, [FRAME_NS, FRAME_NS])
     for got, want in zip(trackers, before):

@@ -59,7 +59,7 @@ def _compile(compiler: str, source: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         src, out = Path(tmp) / "src.c", Path(tmp) / "out.so"
         src.write_text(source)
-        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(src)], check=False,
+        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(src), "-lm"], check=False,
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise subprocess.SubprocessError(done.stderr.strip()[-500:] or f"{compiler} exited {done.returncode}")

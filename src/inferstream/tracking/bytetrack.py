@@ -28,6 +28,7 @@ import torch
 from inferstream.detections import Detections
 from inferstream.errors import ConfigError
 from inferstream.tracking import bytetrack_core as core
+from inferstream.tracking import bytetrack_native as native
 from inferstream.tracking.base import Tracker, TrackResult
 from inferstream.tracking.bytetrack_core import NS_PER_S, Settings, StreamState
 from inferstream.tracking.kalman import KalmanNoise
@@ -156,7 +157,7 @@ class ByteTrack:
             ValueError: ``pts_ns`` is negative or went backwards (call ``reset()`` after a seek).
         """
         self._check_time(pts_ns)
-        (self._state,), (result,) = core.update(self.settings, [self._state], [dets], [pts_ns])
+        (self._state,), (result,) = native.update(self.settings, [self._state], [dets], [pts_ns])
         return result
 
     def predict_only(self, pts_ns: int) -> TrackResult:
@@ -227,7 +228,7 @@ def update_streams(trackers: Sequence[Tracker], dets: Sequence[Detections | None
         if key.skipped:
             new_states, out = core.predict_only(key.settings, states, times)
         else:
-            new_states, out = core.update(key.settings, states, [cast(Detections, dets[i]) for i in members], times)
+            new_states, out = native.update(key.settings, states, [cast(Detections, dets[i]) for i in members], times)
         commits += zip(batch, new_states)
         for i, result in zip(members, out):
             results[i] = result

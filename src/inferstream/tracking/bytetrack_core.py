@@ -367,10 +367,10 @@ def _grace_match(cfg: Settings, t: TrackTable, now: IntArray, det_edges: FloatAr
     if len(ok) < 2 or (np.bincount(tr).max() < 2 and np.bincount(de).max() < 2):
         return tr, de  # no track or detection with two candidates: all of them is the optimum
     # a track and a detection pair up only within their stream, so one solve over every stream's pairs (the
-    # other streams' cells 0) is each stream's optimum
+    # other cells -1: no candidate even at grace_iou 0) is each stream's optimum
     rows, row_at = np.unique(tr, return_inverse=True)
     cols, col_at = np.unique(de, return_inverse=True)
-    block = np.zeros((len(rows), len(cols)))
+    block = np.full((len(rows), len(cols)), -1.0)
     block[row_at, col_at] = sim.take(ok)
     r, c = match_pairs(block, cfg.grace_iou)
     return rows.take(r), cols.take(c)
