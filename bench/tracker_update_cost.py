@@ -1,7 +1,7 @@
 """CPU cost of ByteTrack per frame: one ``update`` call at 5-100 detections (pytracker's per-frame cost), and 30
 streams' frames updated one tracker after the other vs all at once with ``update_streams``.
 
-    python bench/tracker_update_cost.py [--streams 30] [--repeats 5] [--one-stream-only]
+    python bench/tracker_update_cost.py [--streams 30] [--repeats 5] [--one-stream-only] [--cores-only]
 
 Every stream's pytracker tracks once per frame under one GIL, so at 16-32 streams this per-frame cost, not the GPU,
 bounds the frame rate. Scenes (``_tracking_scene.py``): N boxes on a grid, each moving 2 px per frame, found every
@@ -9,13 +9,16 @@ frame with score 0.8 ("steady"), or missed, jittered, scored 0.2-0.9 and mixed w
 like the GPU bench's random-weight model, 31 boxes per frame there); 300 frames at 30 fps; the pytracker element's
 default settings; each stream starts at another frame of the scene. Prints medians over the frames after the first
 10; the batched and sequential runs alternate, ``--repeats`` times each, and the table gives their medians.
+``--cores-only``: numpy's core (``bytetrack_core``) against the compiled one (``bytetrack_native``), alternating,
+for a batch of 1, 8 (a GPU worker's batch) and ``--streams`` streams.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from _tracking_scene import FRAME_NS, default_bytetrack, flicker_frame, grid_frame
 
@@ -56,12 +59,49 @@ def ms_per_batch(n: int, scene: Scene, streams: int, batched: bool) -> float:
     return 1e3 * statistics.median(times[WARMUP:])
 
 
+@contextmanager
+def numpy_core(on: bool) -> Iterator[None]:
+    """ByteTrack on numpy's core (as where no C compiler exists) while ``on``."""
+    from inferstream.tracking import bytetrack_native
+
+    compiled = bytetrack_native._lib
+    if on:
+        bytetrack_native._lib = lambda: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        bytetrack_native._lib = compiled  # type: ignore[method-assign]
+
+
+def compare_cores(streams: list[int], repeats: int) -> None:
+    from inferstream.tracking import bytetrack_native
+
+    assert bytetrack_native.available(), "no C compiler: the compiled core cannot be built here"
+    print(f"numpy's core against the compiled one (ms per batch of one frame per stream, median of {repeats} "
+          f"alternating runs)\n")
+    print("| streams | scene | detections | numpy | compiled | speed-up |\n|---|---|---|---|---|---|")
+    for n_streams in streams:
+        for name, scene in (("steady", grid_frame), ("flickering", flicker_frame)):
+            for n in (5, 31, 100):
+                runs: dict[bool, list[float]] = {False: [], True: []}
+                for _ in range(repeats):
+                    for on_numpy in (True, False):
+                        with numpy_core(on_numpy):
+                            runs[on_numpy].append(ms_per_batch(n, scene, n_streams, True))
+                slow, fast = statistics.median(runs[True]), statistics.median(runs[False])
+                print(f"| {n_streams} | {name} | {n} | {slow:.3f} | {fast:.3f} | {slow / fast:.1f}x |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--streams", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--one-stream-only", action="store_true", help="only the first table (one update per call)")
+    ap.add_argument("--cores-only", action="store_true", help="only numpy's core against the compiled one")
     args = ap.parse_args()
+    if args.cores_only:
+        compare_cores([1, 8, args.streams], args.repeats)
+        return
     print("| detections | steady (ms per update) | flickering (ms per update) |\n|---|---|---|")
     for n in (5, 20, 31, 100):
         print(f"| {n} | {ms_per_update(n, grid_frame):.3f} | {ms_per_update(n, flicker_frame):.3f} |", flush=True)
