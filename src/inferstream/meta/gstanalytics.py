@@ -16,7 +16,7 @@ import ctypes
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from inferstream.errors import MetaWriteError
 from inferstream.meta import handoff
@@ -167,28 +167,41 @@ def write_tracks(buf: Gst.Buffer, records: Sequence[TrackRecord]) -> None:
     """Add one TrackingMtd per record, related RELATE_TO from its ODMtd."""
     if not records:
         return
+    import numpy as np
+
+    od_ids, track_ids, first_seen, last_seen, lost = zip(*records)
+    write_track_columns(buf, np.array(od_ids, dtype=np.uint32), np.array(track_ids, dtype=np.uint64),
+                        np.array(first_seen, dtype=np.uint64), np.array(last_seen, dtype=np.uint64),
+                        np.array(lost, dtype=bool))
+
+
+def write_track_columns(buf: Gst.Buffer, od_ids: npt.NDArray[Any], track_ids: npt.NDArray[Any],
+                        first_seen_ns: npt.NDArray[Any], last_seen_ns: npt.NDArray[Any],
+                        lost: npt.NDArray[np.bool_]) -> None:
+    """``write_tracks`` from arrays, one entry per TrackingMtd (what a tracker's ``TrackColumns`` hold): the
+    per-frame path, with no record built per track. The arrays are C-contiguous, as the compiled loop reads them:
+    ``od_ids`` uint32, the ids and times 64-bit integers (non-negative), ``lost`` bool."""
+    if not len(od_ids):
+        return
     lib = analytics().lib
     rmeta = _relation_meta(buf)
     native = loops()
     if native is not None:
-        import numpy as np
-
-        od_ids, track_ids, first_seen, last_seen, lost = zip(*records)
-        arrays = (np.array(od_ids, dtype=np.uint32), np.array(track_ids, dtype=np.uint64),
-                  np.array(first_seen, dtype=np.uint64), np.array(last_seen, dtype=np.uint64),
-                  np.array(lost, dtype=np.uint8))
-        failed = native.write_tracks(native.api, rmeta, len(records), *(a.ctypes.data for a in arrays), REL_RELATE_TO)
+        failed = native.write_tracks(native.api, rmeta, len(od_ids), od_ids.ctypes.data, track_ids.ctypes.data,
+                                     first_seen_ns.ctypes.data, last_seen_ns.ctypes.data, lost.ctypes.data,
+                                     REL_RELATE_TO)
         if failed >= 0:
-            raise MetaWriteError(f"add_tracking_mtd failed for track {records[failed].track_id}")
+            raise MetaWriteError(f"add_tracking_mtd failed for track {int(track_ids[failed])}")
         return
     trk = Mtd()
     ref = ctypes.byref(trk)
     add, last_seen_fn = lib.gst_analytics_relation_meta_add_tracking_mtd, lib.gst_analytics_tracking_mtd_update_last_seen
     set_lost, relate = lib.gst_analytics_tracking_mtd_set_lost, lib.gst_analytics_relation_meta_set_relation
-    for od_id, track_id, first_seen_ns, last_seen_ns, is_lost in records:
-        if not add(rmeta, track_id, first_seen_ns, ref):
+    for od_id, track_id, first, last, is_lost in zip(od_ids.tolist(), track_ids.tolist(), first_seen_ns.tolist(),
+                                                     last_seen_ns.tolist(), lost.tolist()):
+        if not add(rmeta, track_id, first, ref):
             raise MetaWriteError(f"add_tracking_mtd failed for track {track_id}")
-        last_seen_fn(ref, last_seen_ns)
+        last_seen_fn(ref, last)
         if is_lost:
             set_lost(ref)
         relate(rmeta, REL_RELATE_TO, od_id, trk.id)
@@ -328,23 +341,27 @@ def _od_rows(rmeta: int, ods: Sequence[int]) -> Iterator[tuple[tuple[int, int, i
 def _from_written(written: handoff.Written, unique_id: int | None) -> FrameMeta:
     """The FrameMeta a full read of the buffer would return, from what its writer left (``handoff``): the same
     values (the edges as written, float32 scores and angles) without building them again."""
+    import numpy as np
     import torch
 
     from inferstream.detections import Detections
 
     producer = -1 if written.producer is None else written.producer
-    n = len(written.od_ids) if unique_id is None or unique_id == producer else 0
-    names: dict[str, int] = {}
-    labels = [names.setdefault(quark_name(q), len(names)) for q in written.label_quarks[:n]]
-    angles = None if written.angles is None else written.angles[:n]
+    total = len(written.od_ids)
+    n = total if unique_id is None or unique_id == producer else 0
+    first_seen: dict[int, int] = {}  # label quark -> its index in first-seen order
+    labels = [first_seen.setdefault(q, len(first_seen)) for q in written.label_quarks[:n]]
+    boxes, scores, angles = written.boxes_xyxy, written.scores, written.angles
+    if n < total:
+        boxes, scores, angles = boxes[:n], scores[:n], None if angles is None else angles[:n]
     dets = Detections.trusted(  # the writer's checked fields, their first n rows
-        boxes_xyxy=written.boxes_xyxy[:n],
-        scores=written.scores[:n],
-        labels=torch.tensor(labels, dtype=torch.int64, device=written.boxes_xyxy.device),
+        boxes_xyxy=boxes,
+        scores=scores,
+        labels=torch.from_numpy(np.array(labels, dtype=np.int64)).to(boxes.device),
         angles_rad=angles if angles is not None and bool((angles != 0).any()) else None,
     )
     present = frozenset() if written.producer is None else frozenset({written.producer})
-    return FrameMeta(dets, tuple(names), tuple(written.od_ids[:n]), (producer,) * n, present)
+    return FrameMeta(dets, tuple(map(quark_name, first_seen)), tuple(written.od_ids[:n]), (producer,) * n, present)
 
 
 def _frame_meta(rows: list[tuple[int, int, int, int, float, float]], labels: list[int], names: dict[str, int],

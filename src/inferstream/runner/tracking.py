@@ -150,29 +150,33 @@ class TrackStage:
         return Detections.trusted(d.boxes_xyxy, d.scores, relabelled, d.angles_rad, d.track_ids)
 
     def _write_tracked(self, buf: Any, od_ids: tuple[int, ...], result: TrackResult) -> None:
-        from inferstream.meta.gstanalytics import TrackRecord, write_tracks
+        import numpy as np
 
-        records = [TrackRecord(od_ids[t.row], t.track_id, t.first_seen_ns, t.last_seen_ns, False)
-                   for t in result.tracks if not t.predicted]
-        write_tracks(buf, records)
+        from inferstream.meta.gstanalytics import write_track_columns
+
+        c = result.columns
+        on_detections = ~c.predicted
+        if on_detections.all():
+            rows, ids, first, last = c.rows, c.track_ids, c.first_seen_ns, c.last_seen_ns
+        else:
+            rows, ids, first, last = (a[on_detections] for a in (c.rows, c.track_ids, c.first_seen_ns, c.last_seen_ns))
+        write_track_columns(buf, np.array(od_ids, dtype=np.uint32)[rows], ids, first, last,
+                            np.zeros(len(ids), dtype=bool))
 
     def _write_predicted(self, buf: Any, result: TrackResult) -> None:
         if len(result.predicted) == 0:
             return
-        from inferstream.meta.gstanalytics import (
-            TrackRecord,
-            label_quarks,
-            producer_quark,
-            write_detections,
-            write_tracks,
-        )
+        import numpy as np
+
+        from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections, write_track_columns
 
         names = sorted(self._labels, key=self._labels.__getitem__)
         ids = write_detections(buf, result.predicted, label_quarks(names) or label_quarks(["object"]),
                                producer_quark(self._unique_id))
-        records = [TrackRecord(ids[t.row], t.track_id, t.first_seen_ns, t.last_seen_ns, t.lost)
-                   for t in result.tracks if t.predicted]
-        write_tracks(buf, records)
+        c = result.columns
+        predicted = c.predicted
+        write_track_columns(buf, np.array(ids, dtype=np.uint32)[c.rows[predicted]], c.track_ids[predicted],
+                            c.first_seen_ns[predicted], c.last_seen_ns[predicted], c.lost[predicted])
 
 
 def _detector_looked(meta: FrameMeta, uid: int | None) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from inferstream.errors import ConfigError
-from inferstream.tracking.base import Tracker, TrackResult, TrackState
+from inferstream.tracking.base import TrackColumns, Tracker, TrackResult, TrackState
 from inferstream.tracking.bytetrack import ByteTrack, update_streams
 from inferstream.tracking.kalman import KalmanNoise
 
@@ -34,4 +34,4 @@ def make_tracker(name: str, **params: Any) -> Tracker:
     return factory(**params)
 
 
-__all__ = ["TRACKERS", "ByteTrack", "KalmanNoise", "TrackResult", "TrackState", "Tracker", "make_tracker", "update_streams"]
+__all__ = ["TRACKERS", "ByteTrack", "KalmanNoise", "TrackColumns", "TrackResult", "TrackState", "Tracker", "make_tracker", "update_streams"]

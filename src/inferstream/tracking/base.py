@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from inferstream.detections import Detections
 
 
@@ -35,6 +38,32 @@ class TrackState(NamedTuple):
     row: int
 
 
+class TrackColumns(NamedTuple):
+    """``TrackResult.tracks`` as arrays, one entry per track in the same order: what the metadata writers read,
+    with no object built per track and frame.
+
+    Attributes:
+        track_ids (ndarray[K] int64), first_seen_ns (ndarray[K] int64), last_seen_ns (ndarray[K] int64),
+        lost (ndarray[K] bool), predicted (ndarray[K] bool), rows (ndarray[K] int64): ``TrackState``'s fields.
+    """
+
+    track_ids: npt.NDArray[np.int64]
+    first_seen_ns: npt.NDArray[np.int64]
+    last_seen_ns: npt.NDArray[np.int64]
+    lost: npt.NDArray[np.bool_]
+    predicted: npt.NDArray[np.bool_]
+    rows: npt.NDArray[np.int64]
+
+    def states(self) -> tuple[TrackState, ...]:
+        """One ``TrackState`` per track."""
+        return tuple(map(TrackState._make, zip(*(a.tolist() for a in self))))
+
+    def slice(self, start: int, stop: int) -> TrackColumns:
+        """Tracks ``start:stop`` (views)."""
+        return TrackColumns(self.track_ids[start:stop], self.first_seen_ns[start:stop], self.last_seen_ns[start:stop],
+                            self.lost[start:stop], self.predicted[start:stop], self.rows[start:stop])
+
+
 @dataclass(frozen=True, slots=True)
 class TrackResult:
     """One frame's tracking output.
@@ -49,9 +78,9 @@ class TrackResult:
             motion-model box (``boxes_xyxy``, unrotated for oriented boxes, with ``angles_rad`` when the stream
             is oriented), the label and score of its latest detection, and ``track_ids``. Same device as the
             last input.
-        tracks: every confirmed track with a box on this frame (a row in ``detections`` or in ``predicted``), in
-            ascending ``track_id`` order. Tracks kept alive silently (lost longer than the coasting time, or
-            not yet confirmed) are not listed.
+        columns: every confirmed track with a box on this frame (a row in ``detections`` or in ``predicted``), in
+            ascending ``track_id`` order, as arrays; ``tracks`` gives them as ``TrackState``s. Tracks kept alive
+            silently (lost longer than the coasting time, or not yet confirmed) are not listed.
         ended_ids: ids of confirmed tracks the tracker dropped during this call (lost for too long), ascending.
         malformed: input rows the tracker could not use (a NaN or infinite coordinate, score or angle, or a width
             or height <= 0): they keep track id -1 and change no track.
@@ -59,9 +88,14 @@ class TrackResult:
 
     detections: Detections
     predicted: Detections
-    tracks: tuple[TrackState, ...]
+    columns: TrackColumns
     ended_ids: tuple[int, ...] = ()
     malformed: int = 0
+
+    @property
+    def tracks(self) -> tuple[TrackState, ...]:
+        """``columns`` as one ``TrackState`` per track (built on each access)."""
+        return self.columns.states()
 
 
 class Tracker(Protocol):

@@ -25,7 +25,7 @@ import torch
 
 from inferstream.detections import Detections
 from inferstream.ops.boxes import cxcywh_to_xyxy, rotated_envelope_xyxy, xyxy_to_cxcywh
-from inferstream.tracking.base import TrackResult, TrackState
+from inferstream.tracking.base import TrackColumns, TrackResult
 from inferstream.tracking.geometry import iou_pairs, slack_iou_pairs
 from inferstream.tracking.kalman import POS, RATE, VAR, ConstantVelocityKalman, KalmanNoise
 from inferstream.tracking.matching import StreamPairs, match_pairs
@@ -413,15 +413,14 @@ def _results(cfg: Settings, b: _Tracks, boxes: FloatArray, det_of_track: IntArra
         starts = np.searchsorted(b.stream, np.arange(n_streams + 1))  # each stream's first track
         pred_before = np.concatenate([[0], predicted.cumsum()]).take(starts)
         rows -= np.where(predicted, pred_before.take(b.stream), np.searchsorted(d_stream, b.stream))
-    # the table's order is id order for confirmed tracks (see _Tracks.confirm); the tuples are built in C
-    states = tuple(map(TrackState._make, zip(
-        t.ids[sel].tolist(), t.first_seen_ns[sel].tolist(), t.last_seen_ns[sel].tolist(), t.lost[sel].tolist(),
-        predicted[sel].tolist(), rows[sel].tolist())))
+    # the table's order is id order for confirmed tracks (see _Tracks.confirm)
+    columns = TrackColumns(t.ids[sel], t.first_seen_ns[sel], t.last_seen_ns[sel], t.lost[sel], predicted[sel],
+                           rows[sel])
     boxes_out = _predicted(t, boxes, pred, device, oriented)
     if n_streams == 1:
-        return [TrackResult(detections=outs[0], predicted=boxes_out, tracks=states, ended_ids=ended[0])]
+        return [TrackResult(detections=outs[0], predicted=boxes_out, columns=columns, ended_ids=ended[0])]
     shown_at, pred_at = np.concatenate([[0], shown.cumsum()]).take(starts).tolist(), pred_before.tolist()
-    return [TrackResult(detections=out, tracks=states[shown_at[s]:shown_at[s + 1]], ended_ids=ended[s],
+    return [TrackResult(detections=out, columns=columns.slice(shown_at[s], shown_at[s + 1]), ended_ids=ended[s],
                         predicted=_rows(boxes_out, pred_at[s], pred_at[s + 1], device, oriented))
             for s, out in enumerate(outs)]
 

@@ -19,7 +19,7 @@ import torch
 from inferstream.detections import Detections
 from inferstream.ops.boxes import rotated_envelope_xyxy, xyxy_to_cxcywh
 from inferstream.tracking import bytetrack_core as core
-from inferstream.tracking.base import TrackResult, TrackState
+from inferstream.tracking.base import TrackColumns, TrackResult
 from inferstream.tracking.bytetrack_core import NS_PER_S, Settings, StreamState
 from inferstream.tracking.kalman import STATE_ROWS
 from inferstream.tracking.table import TrackTable
@@ -148,13 +148,10 @@ def _unpack(streams: list[StreamState], dets: list[Detections], pts_ns: list[int
         ri[n + n_tracks + k * cap:n + n_tracks + (k + 1) * cap] for k in range(6))
     counts = ri[n + n_tracks + 6 * cap:].reshape(n_streams, 4).T.tolist()  # tracks, ended, shown, predicted
     bad, shown_lost, shown_pred = rb[:n], rb[n:n + cap], rb[n + cap:]
-    n_shown = sum(counts[2])
     device = dets[0].boxes_xyxy.device
     d_counts = [len(d) for d in dets]
     ids = torch.from_numpy(det_ids).to(device).split(d_counts)
-    states = tuple(map(TrackState._make, zip(
-        shown_id[:n_shown].tolist(), shown_first[:n_shown].tolist(), shown_last[:n_shown].tolist(),
-        shown_lost[:n_shown].tolist(), shown_pred[:n_shown].tolist(), shown_row[:n_shown].tolist())))
+    columns = TrackColumns(shown_id, shown_first, shown_last, shown_lost, shown_pred, shown_row)
     predicted = _predicted(rf, pred_label, pred_id, counts[3], cap, device, oriented)
     fields = _views(*table, cap)
     malformed = [0] * n_streams
@@ -168,7 +165,7 @@ def _unpack(streams: list[StreamState], dets: list[Detections], pts_ns: list[int
                                       int(meta[4 * s + 3]), device, oriented))
         results.append(TrackResult(
             detections=Detections.trusted(d.boxes_xyxy, d.scores, d.labels, d.angles_rad, d_ids, d.masks, d.keypoints),
-            predicted=pred, tracks=states[r0:r1], ended_ids=tuple(ended[e0:e1].tolist()) if e1 > e0 else (),
+            predicted=pred, columns=columns.slice(r0, r1), ended_ids=tuple(ended[e0:e1].tolist()) if e1 > e0 else (),
             malformed=malformed[s]))
         o0, e0, r0 = o1, e1, r1
     return new_states, results
