@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from inferstream.errors import MetaWriteError
 from inferstream.meta import handoff
@@ -153,8 +155,8 @@ def _producer_id(producer: int) -> int | None:
 
 
 class TrackRecord(NamedTuple):
-    """What a TrackingMtd carries (ids and GstClockTime nanoseconds). A named tuple: one is built per tracked box
-    and frame, and it builds three times faster than a frozen dataclass."""
+    """What a TrackingMtd carries (ids and GstClockTime nanoseconds), for ``write_tracks``; trackers write theirs as
+    a table of columns (``write_track_table``)."""
 
     od_id: int
     track_id: int
@@ -165,46 +167,55 @@ class TrackRecord(NamedTuple):
 
 def write_tracks(buf: Gst.Buffer, records: Sequence[TrackRecord]) -> None:
     """Add one TrackingMtd per record, related RELATE_TO from its ODMtd."""
-    if not records:
-        return
+    if records:
+        import numpy as np
+
+        write_track_table([buf], [len(records)], np.ascontiguousarray(np.array(records, dtype=np.int64).T))
+
+
+class TrackWriteError(MetaWriteError):
+    """A TrackingMtd could not be added to ``buffers[index]`` of ``write_track_table`` (every buffer before it has
+    all of its TrackingMtds, it and those after it may lack some)."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def write_track_table(buffers: Sequence[Gst.Buffer], counts: Sequence[int], table: npt.NDArray[np.int64]) -> None:
+    """The TrackingMtds of several buffers in one native call (a batch's frames): buffer i gets ``counts[i]`` of
+    them, from the next columns of ``table``, int64 [5, N], C-contiguous, rows: ODMtd id, track id, first seen
+    and last seen (ns), lost (0 or 1); each related RELATE_TO from its ODMtd.
+
+    Raises:
+        TrackWriteError: a buffer refused one (not writable), with that buffer's index.
+    """
     import numpy as np
 
-    od_ids, track_ids, first_seen, last_seen, lost = zip(*records)
-    write_track_columns(buf, np.array(od_ids, dtype=np.uint32), np.array(track_ids, dtype=np.uint64),
-                        np.array(first_seen, dtype=np.uint64), np.array(last_seen, dtype=np.uint64),
-                        np.array(lost, dtype=bool))
-
-
-def write_track_columns(buf: Gst.Buffer, od_ids: npt.NDArray[Any], track_ids: npt.NDArray[Any],
-                        first_seen_ns: npt.NDArray[Any], last_seen_ns: npt.NDArray[Any],
-                        lost: npt.NDArray[np.bool_]) -> None:
-    """``write_tracks`` from arrays, one entry per TrackingMtd (what a tracker's ``TrackColumns`` hold): the
-    per-frame path, with no record built per track. The arrays are C-contiguous, as the compiled loop reads them:
-    ``od_ids`` uint32, the ids and times 64-bit integers (non-negative), ``lost`` bool."""
-    if not len(od_ids):
-        return
-    lib = analytics().lib
-    rmeta = _relation_meta(buf)
+    rmetas = [_relation_meta(b) if n else 0 for b, n in zip(buffers, counts)]
     native = loops()
     if native is not None:
-        failed = native.write_tracks(native.api, rmeta, len(od_ids), od_ids.ctypes.data, track_ids.ctypes.data,
-                                     first_seen_ns.ctypes.data, last_seen_ns.ctypes.data, lost.ctypes.data,
-                                     REL_RELATE_TO)
+        addresses, per_buffer = np.array(rmetas, dtype=np.uint64), np.array(counts, dtype=np.int64)
+        failed = native.write_track_table(native.api, len(rmetas), addresses.ctypes.data, per_buffer.ctypes.data,
+                                          table.ctypes.data, table.shape[1], REL_RELATE_TO)
         if failed >= 0:
-            raise MetaWriteError(f"add_tracking_mtd failed for track {int(track_ids[failed])}")
+            index = int(np.searchsorted(np.cumsum(per_buffer), failed, side="right"))
+            raise TrackWriteError(f"add_tracking_mtd failed for track {int(table[1, failed])}", index)
         return
+    lib = analytics().lib
     trk = Mtd()
     ref = ctypes.byref(trk)
     add, last_seen_fn = lib.gst_analytics_relation_meta_add_tracking_mtd, lib.gst_analytics_tracking_mtd_update_last_seen
     set_lost, relate = lib.gst_analytics_tracking_mtd_set_lost, lib.gst_analytics_relation_meta_set_relation
-    for od_id, track_id, first, last, is_lost in zip(od_ids.tolist(), track_ids.tolist(), first_seen_ns.tolist(),
-                                                     last_seen_ns.tolist(), lost.tolist()):
-        if not add(rmeta, track_id, first, ref):
-            raise MetaWriteError(f"add_tracking_mtd failed for track {track_id}")
-        last_seen_fn(ref, last)
-        if is_lost:
-            set_lost(ref)
-        relate(rmeta, REL_RELATE_TO, od_id, trk.id)
+    columns = iter(table.T.tolist())
+    for index, (rmeta, n) in enumerate(zip(rmetas, counts)):
+        for od_id, track_id, first, last, is_lost in itertools.islice(columns, n):
+            if not add(rmeta, track_id, first, ref):
+                raise TrackWriteError(f"add_tracking_mtd failed for track {track_id}", index)
+            last_seen_fn(ref, last)
+            if is_lost:
+                set_lost(ref)
+            relate(rmeta, REL_RELATE_TO, od_id, trk.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +312,7 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
         return None
     written = handoff.take(addr, rmeta, api.lib.gst_analytics_relation_get_length(rmeta), buffer_pts(buf))
     if written is not None and (written.first_box is None
-                                or next(_od_rows(rmeta, written.od_ids[:1]))[0][:4] == written.first_box):
+                                or _od_location(rmeta, written.od_ids[0]) == written.first_box):
         return _from_written(written, unique_id)
     ods, clss, trks = _by_type(rmeta)
     others = api.lib.gst_analytics_relation_get_length(rmeta) > len(ods) + len(clss) + len(trks)
@@ -321,6 +332,23 @@ def read_detections(buf: Gst.Buffer, unique_id: int | None = None) -> FrameMeta 
     from inferstream.meta.instances import with_instances  # masks / keypoints: other mtd types are present
 
     return with_instances(rmeta, meta)
+
+
+_THREAD = threading.local()
+
+
+def _od_location(rmeta: int, od_id: int) -> tuple[int, int, int, int]:
+    """``(x, y, w, h)`` of one ODMtd (the handoff's check, once per frame), through this thread's ctypes arguments:
+    building them for each call cost more than the call."""
+    args = getattr(_THREAD, "od_location", None)
+    if args is None:
+        od, values = Mtd(), (ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_float(),
+                             ctypes.c_float())
+        args = _THREAD.od_location = (od, values, (ctypes.byref(od), *(ctypes.byref(v) for v in values)))
+    od, (x, y, w, h, _, _), refs = args
+    od.id, od.meta = od_id, rmeta
+    analytics().lib.gst_analytics_od_mtd_get_oriented_location(*refs)
+    return x.value, y.value, w.value, h.value
 
 
 def _od_rows(rmeta: int, ods: Sequence[int]) -> Iterator[tuple[tuple[int, int, int, int, float, float], int]]:

@@ -116,20 +116,25 @@ int write_ods(const Api *api, void *rmeta, int n, const unsigned int *quarks, co
     return -1;
 }
 
-/* n TrackingMtds, each RELATE_TO from its ODMtd. Returns -1, or the row that failed. */
-int write_tracks(const Api *api, void *rmeta, int n, const unsigned int *od_ids, const unsigned long long *track_ids,
-                 const unsigned long long *first_seen, const unsigned long long *last_seen,
-                 const unsigned char *lost, int relate_to)
+/* The TrackingMtds of several frames: frame f gets counts[f] of them in its relation meta rmetas[f], from the
+   next columns of table [5][stride] (rows: ODMtd id, track id, first seen, last seen, lost), each RELATE_TO from
+   its ODMtd. Returns -1, or the column that failed. */
+long long write_track_table(const Api *api, int n_frames, void *const *rmetas, const long long *counts,
+                            const long long *table, long long stride, int relate_to)
 {
     Mtd mtd;
-    for (int i = 0; i < n; ++i) {
-        if (!api->add_tracking(rmeta, track_ids[i], first_seen[i], &mtd)) return i;
-        api->update_last_seen(&mtd, last_seen[i]);
-        if (lost[i]) api->set_lost(&mtd);
-        api->set_relation(rmeta, relate_to, od_ids[i], mtd.id);
-    }
+    long long k = 0;
+    for (int f = 0; f < n_frames; ++f)
+        for (long long end = k + counts[f]; k < end; ++k) {
+            if (!api->add_tracking(rmetas[f], (unsigned long long)table[stride + k],
+                                   (unsigned long long)table[2 * stride + k], &mtd)) return k;
+            api->update_last_seen(&mtd, (unsigned long long)table[3 * stride + k]);
+            if (table[4 * stride + k]) api->set_lost(&mtd);
+            api->set_relation(rmetas[f], relate_to, (unsigned int)table[k], mtd.id);
+        }
     return -1;
 }
+
 """
 _LOOP_API = ("gst_analytics_relation_meta_add_od_mtd", "gst_analytics_relation_meta_add_oriented_od_mtd",
              "gst_analytics_relation_meta_add_one_cls_mtd", "gst_analytics_relation_meta_set_relation",
@@ -143,11 +148,11 @@ class _LoopApi(ctypes.Structure):
 
 @dataclass(frozen=True)
 class Loops:
-    """``write_ods`` / ``write_tracks`` of ``_LOOPS_SOURCE`` (array arguments as addresses), and the function table
+    """``write_ods`` / ``write_track_table`` of ``_LOOPS_SOURCE`` (array arguments as addresses), and the function table
     they take first."""
 
     write_ods: ctypes._CFuncPtr  # type: ignore[name-defined]
-    write_tracks: ctypes._CFuncPtr  # type: ignore[name-defined]
+    write_track_table: ctypes._CFuncPtr  # type: ignore[name-defined]
     api: ctypes._CArgObject
 
 
@@ -161,7 +166,7 @@ def loops() -> Loops | None:
         return None
     vp, i, u = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
     bind(lib, [("write_ods", i, (vp, vp, i, vp, vp, vp, vp, u, i, vp)),
-               ("write_tracks", i, (vp, vp, i, vp, vp, vp, vp, vp, i))])
+               ("write_track_table", ctypes.c_longlong, (vp, i, vp, vp, vp, ctypes.c_longlong, i))])
     gst = analytics().lib
     table = _LoopApi(*(ctypes.cast(getattr(gst, name), ctypes.c_void_p).value for name in _LOOP_API))
-    return Loops(lib.write_ods, lib.write_tracks, ctypes.byref(table))
+    return Loops(lib.write_ods, lib.write_track_table, ctypes.byref(table))

@@ -20,6 +20,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from inferstream.batching import Member
     from inferstream.detections import Detections
     from inferstream.meta.gstanalytics import FrameMeta
@@ -113,15 +116,30 @@ class TrackStage:
 
     def report(self, buf: Any, frame: _Frame, result: TrackResult) -> None:
         """Write the frame's tracks onto ``buf``."""
+        from inferstream.meta.gstanalytics import write_track_table
+
+        table = self.finish(buf, frame, result)
+        write_track_table([buf], [table.shape[1]], table)
+
+    def finish(self, buf: Any, frame: _Frame, result: TrackResult) -> npt.NDArray[np.int64]:
+        """``report`` but for the TrackingMtds of the frame's tracked detections, returned as track-table columns
+        [5, K] (``write_track_table``: a batch writes all its frames' in one call)."""
+        import numpy as np
+
         if result.malformed:
             self._warn("malformed", ValueError(f"{result.malformed} detections with NaN or infinite values or a "
                                                f"width or height <= 0"), "untrackable detections ignored")
         if frame.dets is None or frame.meta is None:
             self._write_predicted(buf, result)
-        else:
-            self._write_tracked(buf, frame.meta.od_ids, result)
-            if self._output_lost:
-                self._write_predicted(buf, result)
+            return np.zeros((5, 0), dtype=np.int64)
+        if self._output_lost:
+            self._write_predicted(buf, result)
+        c = result.columns
+        on_detections = (~c.predicted).nonzero()[0]
+        table = np.zeros((5, len(on_detections)), dtype=np.int64)  # lost: 0, a detection matched each
+        table[0] = np.array(frame.meta.od_ids, dtype=np.int64)[c.rows[on_detections]]
+        table[1], table[2], table[3] = (a[on_detections] for a in (c.track_ids, c.first_seen_ns, c.last_seen_ns))
+        return table
 
     def _pts(self, buf: Any) -> int:
         from inferstream.native.gst import buffer_pts
@@ -149,34 +167,21 @@ class TrackStage:
         relabelled = torch.tensor(table, dtype=torch.int64)[d.labels]  # int64, one per row: no checks needed
         return Detections.trusted(d.boxes_xyxy, d.scores, relabelled, d.angles_rad, d.track_ids)
 
-    def _write_tracked(self, buf: Any, od_ids: tuple[int, ...], result: TrackResult) -> None:
-        import numpy as np
-
-        from inferstream.meta.gstanalytics import write_track_columns
-
-        c = result.columns
-        on_detections = ~c.predicted
-        if on_detections.all():
-            rows, ids, first, last = c.rows, c.track_ids, c.first_seen_ns, c.last_seen_ns
-        else:
-            rows, ids, first, last = (a[on_detections] for a in (c.rows, c.track_ids, c.first_seen_ns, c.last_seen_ns))
-        write_track_columns(buf, np.array(od_ids, dtype=np.uint32)[rows], ids, first, last,
-                            np.zeros(len(ids), dtype=bool))
-
     def _write_predicted(self, buf: Any, result: TrackResult) -> None:
         if len(result.predicted) == 0:
             return
         import numpy as np
 
-        from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections, write_track_columns
+        from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections, write_track_table
 
         names = sorted(self._labels, key=self._labels.__getitem__)
         ids = write_detections(buf, result.predicted, label_quarks(names) or label_quarks(["object"]),
                                producer_quark(self._unique_id))
         c = result.columns
-        predicted = c.predicted
-        write_track_columns(buf, np.array(ids, dtype=np.uint32)[c.rows[predicted]], c.track_ids[predicted],
-                            c.first_seen_ns[predicted], c.last_seen_ns[predicted], c.lost[predicted])
+        predicted = c.predicted.nonzero()[0]
+        table = np.stack([np.array(ids, dtype=np.int64)[c.rows[predicted]], c.track_ids[predicted],
+                          c.first_seen_ns[predicted], c.last_seen_ns[predicted], c.lost[predicted].astype(np.int64)])
+        write_track_table([buf], [len(predicted)], table)
 
 
 def _detector_looked(meta: FrameMeta, uid: int | None) -> bool:
@@ -210,11 +215,33 @@ def track_batch(frames: list[tuple[TrackStage, Any]]) -> None:
                                               [f.pts for _, _, f in observed])
         except Exception:  # tracked frame by frame below, where the failing frame's stage keeps it
             results = None
+    tables = []
     for i, (stage, buf, frame) in enumerate(observed):
         try:
-            stage.report(buf, frame, results[i] if results is not None else stage.step(frame))
+            table = stage.finish(buf, frame, results[i] if results is not None else stage.step(frame))
+            tables.append((stage, buf, table))
         except Exception as exc:
             stage._pending = exc
+    _write_tables(tables)
+
+
+def _write_tables(tables: list[tuple[TrackStage, Any, npt.NDArray[np.int64]]]) -> None:
+    """The batch's TrackingMtds in one call; a buffer that refuses one is its stage's failure, and the buffers
+    after it are written in a call again."""
+    import numpy as np
+
+    from inferstream.meta.gstanalytics import TrackWriteError, write_track_table
+
+    start = 0
+    while start < len(tables):
+        part = tables[start:]
+        try:
+            write_track_table([b for _, b, _ in part], [t.shape[1] for _, _, t in part],
+                              np.concatenate([t for _, _, t in part], axis=1))
+            return
+        except TrackWriteError as exc:
+            part[exc.index][0]._pending = exc
+            start += exc.index + 1
 
 
 _OFFERED: dict[Any, TrackStage] = {}  # sink pad -> the stage of the pytracker it belongs to (track-in-batch)

@@ -26,6 +26,7 @@ typedef struct {
     double score, angle, size[2];
     u8 lost;
     i64 det; /* the detection matched this frame, -1 */
+    double iv[4]; /* the prediction's innovation variance (associate) */
 } Track;
 
 typedef struct { /* a table of tracks as columns: row r of the states at states[r * stride + t] */
@@ -84,11 +85,11 @@ static void correct(const Cfg *c, double *x, const double *z, i64 zs) {
     }
 }
 
-static double mahalanobis_sq(const Cfg *c, const double *x, const double *z, i64 zs) {
+static double mahalanobis_sq(const Track *t, const double *z, i64 zs) {
     double d = 0;
     for (int i = 0; i < 4; ++i) {
-        double y = z[i * zs] - x[i];
-        d += y * y / innovation_var(c, x, i);
+        double y = z[i * zs] - t->x[i];
+        d += y * y / t->iv[i];
     }
     return d;
 }
@@ -222,7 +223,7 @@ static int match(Stage *g, double min_sim) {
 }
 
 static int allowed(const Cfg *c, const Track *t, const Dets *d, int k) {
-    int ok = c->gate > 0 ? mahalanobis_sq(c, t->x, d->z + k, d->zs) <= c->gate : 1;
+    int ok = c->gate > 0 ? mahalanobis_sq(t, d->z + k, d->zs) <= c->gate : 1;
     return ok && (!c->per_class || t->label == d->labels[k]);
 }
 
@@ -233,7 +234,10 @@ static void associate(const Cfg *c, Stage *g, i64 pts, double *iou_m, double *ot
     const Dets *d = g->d;
     Track *t = g->t;
     if (!nt || !nd) return;
-    for (int r = 0; r < nt; ++r) edges(t[r].x, 1, tedges + 4 * r);
+    for (int r = 0; r < nt; ++r) {
+        edges(t[r].x, 1, tedges + 4 * r);
+        for (int i = 0; i < 4; ++i) t[r].iv[i] = innovation_var(c, t[r].x, i);
+    }
     for (int k = 0; k < nd; ++k) edges(d->z + k, d->zs, dedges + 4 * k);
     for (int r = 0; r < nt; ++r)
         for (int k = 0; k < nd; ++k) {
@@ -260,11 +264,12 @@ static void associate(const Cfg *c, Stage *g, i64 pts, double *iou_m, double *ot
     for (int r = 0; r < nt; ++r) g->row_ok[r] = t[r].id >= 0 && t[r].det < 0;
     for (int k = 0; k < nd; ++k) g->col_ok[k] = d->scores[k] >= c->high && !g->taken[k];
     if (c->recover_sigmas > 0) {
-        for (int r = 0; r < nt; ++r) {
+        for (int r = 0; r < nt; ++r) { /* match reads the free pairs only */
+            if (!g->row_ok[r]) continue;
             double slack[2] = {c->recover_sigmas * sqrt(t[r].x[8]), c->recover_sigmas * sqrt(t[r].x[9])};
             for (int k = 0; k < nd; ++k)
-                other[r * nd + k] = g->row_ok[r] && g->col_ok[k]
-                    ? slack_iou(t[r].x, slack, d->z + k, d->zs) * (allowed(c, t + r, d, k) ? 1.0 : 0.0) : 0.0;
+                if (g->col_ok[k])
+                    other[r * nd + k] = slack_iou(t[r].x, slack, d->z + k, d->zs) * (allowed(c, t + r, d, k) ? 1.0 : 0.0);
         }
         g->sim = other;
         match(g, c->recover_iou);
@@ -272,29 +277,26 @@ static void associate(const Cfg *c, Stage *g, i64 pts, double *iou_m, double *ot
     /* (4) grace: a track seen within grace_ns takes what the gate kept from it, by IoU with where it was seen */
     if (c->grace_ns) {
         int any = 0;
+        for (int k = 0; k < nd; ++k) g->col_ok[k] = 0;
         for (int r = 0; r < nt; ++r) {
-            int row = t[r].id >= 0 && t[r].det < 0 && t[r].last >= pts - c->grace_ns;
+            g->row_ok[r] = 0;
+            if (!(t[r].id >= 0 && t[r].det < 0 && t[r].last >= pts - c->grace_ns)) continue;
             double back = (double)(pts - t[r].last) / 1e9, last[4], last_edges[4];
             for (int i = 0; i < 4; ++i) last[i] = t[r].x[i] - back * t[r].x[4 + i];
             edges(last, 1, last_edges);
-            g->row_ok[r] = 0;
             for (int k = 0; k < nd; ++k) {
                 double s = -1.0;
-                if (row && gated[r * nd + k] && d->scores[k] >= c->high && !g->taken[k]) {
+                if (gated[r * nd + k] && d->scores[k] >= c->high && !g->taken[k]) {
                     s = iou(last_edges, dedges + 4 * k);
                     if (c->per_class) s *= t[r].label == d->labels[k] ? 1.0 : 0.0;
                     if (!(s >= c->grace_iou)) s = -1.0;
                 }
                 other[r * nd + k] = s;
-                g->row_ok[r] |= s >= 0;
+                if (s >= 0) g->row_ok[r] = g->col_ok[k] = 1;
             }
             any |= g->row_ok[r];
         }
         if (any) {
-            for (int k = 0; k < nd; ++k) {
-                g->col_ok[k] = 0;
-                for (int r = 0; r < nt; ++r) g->col_ok[k] |= other[r * nd + k] >= 0;
-            }
             g->sim = other;
             match(g, c->grace_iou);
         }
