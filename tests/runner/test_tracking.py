@@ -100,3 +100,34 @@ def test_an_offered_stage_is_seated_on_the_stream_of_the_pad_it_was_offered_at()
     assert stage.seated and member.tracker is stage
     withdraw(pad)  # the pytracker stops: its frames are no longer tracked in the batch
     assert not stage.seated and member.tracker is None and offered_at(pad) is None
+
+
+def test_a_buffer_that_refuses_its_tracks_fails_its_stage_and_the_batch_writes_the_others(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's TrackingMtds go out in one call; the one buffer whose relation meta cannot be had (as for a
+    buffer that is not writable) is its stage's failure, and the buffers before and after it get their tracks."""
+    from inferstream.errors import MetaWriteError
+    from inferstream.meta import gstanalytics
+    from inferstream.native.gst import buffer_address
+
+    stages = [_stage(1000 * k + 1)[0] for k in range(4)]
+    for i in range(2):  # min_hits=1: every box has an id from the first frame on
+        bufs = [_buffer(i, 9.0 * k) for k in range(4)]
+        refusing = buffer_address(bufs[2]) if i == 1 else None
+        relation_meta = gstanalytics._relation_meta
+
+        def flaky(buf: Gst.Buffer, _refusing: int | None = refusing, _real=relation_meta) -> int:  # type: ignore[no-untyped-def]
+            if buffer_address(buf) == _refusing:
+                raise MetaWriteError("cannot add GstAnalyticsRelationMeta (buffer not writable?)")
+            return _real(buf)
+
+        monkeypatch.setattr(gstanalytics, "_relation_meta", flaky)
+        track_batch(list(zip(stages, bufs)))
+        monkeypatch.setattr(gstanalytics, "_relation_meta", relation_meta)
+    errors = [s.take_error() for s in stages]
+    assert isinstance(errors[2], MetaWriteError) and "not writable" in str(errors[2])
+    assert errors[0] is None and errors[1] is None and errors[3] is None
+    for k in (0, 1, 3):
+        assert sorted(_ids(bufs[k])) == [1000 * k + 1, 1000 * k + 2, 1000 * k + 3]
+    meta = read_detections(bufs[2])
+    assert meta is not None and meta.dets.track_ids is None  # no TrackingMtd at all, not half of them

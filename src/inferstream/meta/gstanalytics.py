@@ -192,7 +192,13 @@ def write_track_table(buffers: Sequence[Gst.Buffer], counts: Sequence[int], tabl
     """
     import numpy as np
 
-    rmetas = [_relation_meta(b) if n else 0 for b, n in zip(buffers, counts)]
+    rmetas = []
+    for index, (buf, n) in enumerate(zip(buffers, counts)):
+        try:
+            rmetas.append(_relation_meta(buf) if n else 0)
+        except MetaWriteError as exc:  # the buffers before it get theirs all the same
+            write_track_table(buffers[:index], counts[:index], table[:, :sum(counts[:index])].copy())
+            raise TrackWriteError(str(exc), index) from None
     native = loops()
     if native is not None:
         addresses, per_buffer = np.array(rmetas, dtype=np.uint64), np.array(counts, dtype=np.int64)

@@ -242,6 +242,10 @@ def _write_tables(tables: list[tuple[TrackStage, Any, npt.NDArray[np.int64]]]) -
         except TrackWriteError as exc:
             part[exc.index][0]._pending = exc
             start += exc.index + 1
+        except Exception as exc:  # not a buffer's refusal: every stage of the write reports it
+            for stage, _, _ in part:
+                stage._pending = exc
+            return
 
 
 _OFFERED: dict[Any, TrackStage] = {}  # sink pad -> the stage of the pytracker it belongs to (track-in-batch)
