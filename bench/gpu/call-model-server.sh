@@ -6,7 +6,8 @@
 # alternating, or only the runs marked :o. RUN_TIMEOUT=S bounds each run (default 120: the server's graph captures
 # come first); PROFILE=0 samples no worker with py-spy. APP_CHECK=1 first compares the app on the GPU with a model
 # server against the app on the CPU (app_correctness.py; carry .gpu-carry/clips and .gpu-carry/models). TESTS=0 runs
-# no CUDA test, TESTS=served only the served backend's (TEST_K=EXPR: only those of them).
+# no CUDA test, TESTS=served only the served backend's (TEST_K=EXPR: only those of them), TESTS=tracking only the
+# compiled tracker's against numpy's (tests/tracking/test_bytetrack_native.py, its CUDA case included).
 set -o pipefail; T0=$SECONDS
 RUNS=${RUNS:-auto:on:yes,auto:on:no,8:on:yes:b8:m:f4:x64}
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
@@ -16,9 +17,12 @@ cuda_tests() {  # LOG SECONDS PYTEST-ARGS...: one pytest run, its outcome lines 
   local log=$OUT/$1 limit=$2; shift 2
   timeout "$limit" python -m pytest -q -p no:cacheprovider -rs "$@" > "$log" 2>&1; grep -E "passed|failed|FAILED|Error" "$log" | tail -12
 }
-if [ "${TESTS:-1}" != 0 ]; then
+if [ "${TESTS:-1}" = tracking ]; then
+  cuda_tests pytest-tracking.log 200 tests/tracking/test_bytetrack_native.py
+elif [ "${TESTS:-1}" != 0 ]; then
   cuda_tests pytest.log 300 tests/backends/test_served.py -k "${TEST_K:-cuda or gpu}" --durations=8
   [ "${TESTS:-1}" = served ] || cuda_tests pytest-graphs.log 90 tests/elements/test_pyinfer_cuda.py -k graph
+  [ "${TESTS:-1}" = served ] || cuda_tests pytest-tracking.log 90 tests/tracking/test_bytetrack_native.py -k cuda
 fi
 echo "tests $((SECONDS-T0)) s"
 [ "${APP_CHECK:-0}" = 1 ] && { timeout 200 python bench/gpu/app_correctness.py --out $OUT/check ${APP_CHECK_ARGS:-} > $OUT/app_check.log 2>&1; tail -2 $OUT/app_check.log | cut -c1-1500; echo "app check $((SECONDS-T0)) s"; }

@@ -117,6 +117,15 @@ def test_compiled_update_faces_the_same_conflicts(monkeypatch: pytest.MonkeyPatc
     assert sum(1 for r, c in solved if r > 1 and c > 1) >= 10
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on the GPU machine, see bench/gpu)")
+def test_compiled_update_equals_numpys_on_cuda_detections() -> None:
+    """Detections in CUDA memory: both cores copy them to the host once and give results back on the device."""
+    def on_cuda(n: int, frame: int, gen: torch.Generator) -> Detections:
+        return flicker(n, frame, gen).to("cuda")
+
+    assert run_pair(SETTINGS["default"], 4, 40, 1, on_cuda) > 100
+
+
 def _scene_frames(kind: str, seed: int) -> list[tuple[int, Detections]]:
     if kind == "bounce":
         return [(f.pts_ns, f.detections) for f in make_bounce_scene(seed, BounceConfig()).frames]

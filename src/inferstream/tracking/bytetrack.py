@@ -136,7 +136,7 @@ class ByteTrack:
             recover_iou, motion_gate, round(gate_grace_s * NS_PER_S), grace_iou, round(max_lost_s * NS_PER_S),
             round(coast_s * NS_PER_S), min_hits, per_class, fuse_score, kalman_noise if kalman_noise is not None else KalmanNoise())
         self._state = StreamState(TrackTable.empty(), None, None, first_id, _CPU, False)
-
+        native.available()  # build or load the compiled update now (pytracker's start), not while a batch waits
 
     def reset(self) -> None:
         """Forget every track; ids keep counting, so this instance never reuses one."""
