@@ -67,8 +67,14 @@ class Detections:
         """Build without the checks, from fields that already passed them (rows taken from checked Detections):
         the per-frame paths build several Detections per frame, and the checks cost more than the rest."""
         out = object.__new__(cls)
-        for name, value in zip(_FIELD_NAMES, (boxes_xyxy, scores, labels, angles_rad, track_ids, masks, keypoints)):
-            object.__setattr__(out, name, value)
+        boxes, score, label, angle, track, mask, keypoint = _SLOT_SETTERS  # the slots' own setters: the fastest way
+        boxes(out, boxes_xyxy)
+        score(out, scores)
+        label(out, labels)
+        angle(out, angles_rad)
+        track(out, track_ids)
+        mask(out, masks)
+        keypoint(out, keypoints)
         return out
 
     def __len__(self) -> int:
@@ -127,6 +133,7 @@ class Detections:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Detections))
+_SLOT_SETTERS = tuple(getattr(Detections, name).__set__ for name in _FIELD_NAMES)
 
 
 def _rows_of(field: Tensor | tuple[Tensor, ...], keep: Tensor | slice) -> Tensor | tuple[Tensor, ...]:

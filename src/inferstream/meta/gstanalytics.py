@@ -383,15 +383,16 @@ def _from_written(written: handoff.Written, unique_id: int | None) -> FrameMeta:
     producer = -1 if written.producer is None else written.producer
     total = len(written.od_ids)
     n = total if unique_id is None or unique_id == producer else 0
-    first_seen: dict[int, int] = {}  # label quark -> its index in first-seen order
-    labels = [first_seen.setdefault(q, len(first_seen)) for q in written.label_quarks[:n]]
+    quarks = written.label_quarks[:n]
+    first_seen = {q: i for i, q in enumerate(dict.fromkeys(quarks))}  # label quark -> its first-seen index
+    labels = np.fromiter(map(first_seen.__getitem__, quarks), dtype=np.int64, count=n)
     boxes, scores, angles = written.boxes_xyxy, written.scores, written.angles
     if n < total:
         boxes, scores, angles = boxes[:n], scores[:n], None if angles is None else angles[:n]
     dets = Detections.trusted(  # the writer's checked fields, their first n rows
         boxes_xyxy=boxes,
         scores=scores,
-        labels=torch.from_numpy(np.array(labels, dtype=np.int64)).to(boxes.device),
+        labels=torch.from_numpy(labels).to(boxes.device),
         angles_rad=angles if angles is not None and bool((angles != 0).any()) else None,
     )
     present = frozenset() if written.producer is None else frozenset({written.producer})
