@@ -18,6 +18,9 @@ import tempfile
 from pathlib import Path
 
 _log = logging.getLogger(__name__)
+# no fused multiply-add (the default where the target has it, e.g. aarch64): compiled arithmetic that must give
+# numpy's doubles (the tracker's) keeps every rounding step
+_FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC")
 
 
 def _build_dir() -> Path:
@@ -34,7 +37,7 @@ def load_c(name: str, source: str) -> ctypes.PyDLL | None:
         name: a file-name stem, for the cache and messages.
         source: the C translation unit.
     """
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(" ".join([*_FLAGS, source]).encode()).hexdigest()[:16]
     target = _build_dir() / f"{name}-{digest}.so"
     if not target.is_file():
         compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
@@ -59,7 +62,7 @@ def _compile(compiler: str, source: str, target: Path) -> None:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         src, out = Path(tmp) / "src.c", Path(tmp) / "out.so"
         src.write_text(source)
-        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(src), "-lm"], check=False,
+        done = subprocess.run([compiler, *_FLAGS, "-o", str(out), str(src), "-lm"], check=False,
                               capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise subprocess.SubprocessError(done.stderr.strip()[-500:] or f"{compiler} exited {done.returncode}")

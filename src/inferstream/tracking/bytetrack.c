@@ -100,6 +100,7 @@ static void edges(const double *cxcywh, i64 stride, double *out) {
 }
 
 static double iou(const double *a, const double *b) {
+    if (a[2] <= b[0] || b[2] <= a[0] || a[3] <= b[1] || b[3] <= a[1]) return 0.0; /* apart: what the rest gives */
     double wa = dmax(a[2] - a[0], 0.0), ha = dmax(a[3] - a[1], 0.0), wb = dmax(b[2] - b[0], 0.0),
            hb = dmax(b[3] - b[1], 0.0);
     double ow = dmin(a[2], b[2]) - dmax(a[0], b[0]), oh = dmin(a[3], b[3]) - dmax(a[1], b[1]);
