@@ -55,9 +55,8 @@ def test_a_missing_compiler_named_by_cc_means_none(monkeypatch: pytest.MonkeyPat
 
 
 def test_an_unloadable_cached_library_means_none(build_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    import hashlib
-
-    digest = hashlib.sha256(SOURCE.encode()).hexdigest()[:16]
-    (build_dir / f"demo-{digest}.so").write_bytes(b"not an ELF file")
+    target = cc.library_path("demo", SOURCE)
+    assert target.parent == build_dir
+    target.write_bytes(b"not an ELF file")
     assert cc.load_c("demo", SOURCE) is None
     assert "could not load" in caplog.text

@@ -37,8 +37,7 @@ def load_c(name: str, source: str) -> ctypes.PyDLL | None:
         name: a file-name stem, for the cache and messages.
         source: the C translation unit.
     """
-    digest = hashlib.sha256(" ".join([*_FLAGS, source]).encode()).hexdigest()[:16]
-    target = _build_dir() / f"{name}-{digest}.so"
+    target = library_path(name, source)
     if not target.is_file():
         compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         if compiler is None:
@@ -54,6 +53,12 @@ def load_c(name: str, source: str) -> ctypes.PyDLL | None:
     except OSError as exc:  # e.g. a cache file another machine's compiler wrote
         _log.warning("could not load %s (%s): it runs as Python loops", target, exc)
         return None
+
+
+def library_path(name: str, source: str) -> Path:
+    """Where ``load_c`` keeps the library built from ``source``: named by the source and the build flags."""
+    digest = hashlib.sha256(" ".join([*_FLAGS, source]).encode()).hexdigest()[:16]
+    return _build_dir() / f"{name}-{digest}.so"
 
 
 def _compile(compiler: str, source: str, target: Path) -> None:
