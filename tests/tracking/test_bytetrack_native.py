@@ -163,3 +163,17 @@ def test_without_a_compiler_update_is_numpys(monkeypatch: pytest.MonkeyPatch) ->
         b, want = core.update(cfg, b, dets, [i * FRAME_NS] * 2)
         for g, w in zip(got, want, strict=True):
             assert_same_result(g, w)
+
+
+def test_an_install_without_the_c_source_tracks_on_numpy(monkeypatch: pytest.MonkeyPatch, tmp_path: object,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    native._lib.cache_clear()
+    monkeypatch.setattr(native, "__file__", str(tmp_path) + "/bytetrack_native.py")
+    try:
+        assert not native.available()
+        assert "ByteTrack runs on numpy" in caplog.text and "bytetrack.c" in caplog.text
+        tracker = ByteTrack()
+        gen = torch.Generator().manual_seed(0)
+        assert len(tracker.update(flicker(20, 0, gen), 0).detections) > 0
+    finally:
+        native._lib.cache_clear()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from inferstream.tracking.kalman import STATE_ROWS
 from inferstream.tracking.table import TrackTable
 
 _F64, _I64 = np.dtype(np.float64).itemsize, np.dtype(np.int64).itemsize
+_log = logging.getLogger(__name__)
 
 
 _D4 = ctypes.c_double * 4
@@ -56,7 +58,12 @@ def _lib() -> Any:
     """``bt_update``, or None where it cannot be built."""
     from inferstream.native.cc import load_c
 
-    lib = load_c("inferstream_bytetrack", Path(__file__).with_name("bytetrack.c").read_text())
+    try:
+        source = Path(__file__).with_name("bytetrack.c").read_text()
+    except OSError as exc:  # an install that left the source out
+        _log.warning("ByteTrack runs on numpy: %s", exc)
+        return None
+    lib = load_c("inferstream_bytetrack", source)
     if lib is None:
         return None
     fn = lib.bt_update
