@@ -16,7 +16,7 @@ No GStreamer here: buffers are handed to ``meta.gstanalytics`` (read the detecti
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from inferstream.detections import Detections
     from inferstream.meta.gstanalytics import FrameMeta
     from inferstream.shared_worker import SerialWorker
-    from inferstream.tracking import Tracker, TrackResult
+    from inferstream.tracking import TrackColumns, Tracker, TrackResult
 
 DEFAULT_FRAME_NS = 33_333_333  # used only when buffers carry no pts
 CLOCK_TIME_NONE = 2**64 - 1  # GST_CLOCK_TIME_NONE
@@ -134,12 +134,7 @@ class TrackStage:
             return np.zeros((5, 0), dtype=np.int64)
         if self._output_lost:
             self._write_predicted(buf, result)
-        c = result.columns
-        on_detections = (~c.predicted).nonzero()[0]
-        table = np.zeros((5, len(on_detections)), dtype=np.int64)  # lost: 0, a detection matched each
-        table[0] = np.array(frame.meta.od_ids, dtype=np.int64)[c.rows[on_detections]]
-        table[1], table[2], table[3] = (a[on_detections] for a in (c.track_ids, c.first_seen_ns, c.last_seen_ns))
-        return table
+        return _track_table(frame.meta.od_ids, result.columns, (~result.columns.predicted).nonzero()[0])
 
     def _pts(self, buf: Any) -> int:
         from inferstream.native.gst import buffer_pts
@@ -170,18 +165,26 @@ class TrackStage:
     def _write_predicted(self, buf: Any, result: TrackResult) -> None:
         if len(result.predicted) == 0:
             return
-        import numpy as np
 
         from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections, write_track_table
 
         names = sorted(self._labels, key=self._labels.__getitem__)
         ids = write_detections(buf, result.predicted, label_quarks(names) or label_quarks(["object"]),
                                producer_quark(self._unique_id))
-        c = result.columns
-        predicted = c.predicted.nonzero()[0]
-        table = np.stack([np.array(ids, dtype=np.int64)[c.rows[predicted]], c.track_ids[predicted],
-                          c.first_seen_ns[predicted], c.last_seen_ns[predicted], c.lost[predicted].astype(np.int64)])
-        write_track_table([buf], [len(predicted)], table)
+        table = _track_table(ids, result.columns, result.columns.predicted.nonzero()[0])
+        write_track_table([buf], [table.shape[1]], table)
+
+
+def _track_table(od_ids: Sequence[int], columns: TrackColumns, which: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """The TrackingMtds of tracks ``which`` as ``write_track_table``'s columns; ``od_ids``: the ODMtd of each row
+    their ``rows`` index (the frame's detections, or the predicted boxes just written)."""
+    import numpy as np
+
+    table = np.empty((5, len(which)), dtype=np.int64)  # filled row by row: cheaper than stacking five copies
+    table[0] = np.array(od_ids, dtype=np.int64)[columns.rows[which]]
+    for row, values in enumerate((columns.track_ids, columns.first_seen_ns, columns.last_seen_ns, columns.lost), 1):
+        table[row] = values[which]
+    return table
 
 
 def _detector_looked(meta: FrameMeta, uid: int | None) -> bool:

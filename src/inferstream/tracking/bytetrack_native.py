@@ -92,10 +92,7 @@ def _cfg(cfg: Settings) -> _Cfg:
 def _packed(tables: list[TrackTable], count: int) -> tuple[_Table, tuple[np.ndarray, ...]]:
     """The streams' tracks side by side in three buffers (float64, int64, bool) and the C view of them."""
     f, i, b = np.empty(24 * count), np.empty(5 * count, dtype=np.int64), np.empty(count, dtype=bool)
-    views = _views(f, i, b, count)
-    for name, out in zip(("states", "ids", "hits", "first_seen_ns", "last_seen_ns", "lost", "labels", "scores",
-                          "angles", "sizes"), views):
-        np.concatenate([getattr(t, name) for t in tables], axis=-1, out=out)
+    TrackTable.join(tables, out=TrackTable(*_views(f, i, b, count)))
     return _c_table(f, i, b, count), (f, i, b)
 
 

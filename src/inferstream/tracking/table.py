@@ -51,9 +51,13 @@ class TrackTable:
                           self.scores, self.angles, self.sizes)
 
     @classmethod
-    def join(cls, tables: list[TrackTable]) -> TrackTable:
-        """The tracks of ``tables`` one table after the other (a copy)."""
-        return cls(*(np.concatenate([getattr(t, name) for t in tables], axis=-1) for name in _FIELDS))
+    def join(cls, tables: list[TrackTable], out: TrackTable | None = None) -> TrackTable:
+        """The tracks of ``tables`` one table after the other (a copy; into ``out``'s arrays when given)."""
+        if out is None:
+            return cls(*(np.concatenate([getattr(t, name) for t in tables], axis=-1) for name in _FIELDS))
+        for name in _FIELDS:
+            np.concatenate([getattr(t, name) for t in tables], axis=-1, out=getattr(out, name))
+        return out
 
 
 _FIELDS = tuple(f.name for f in fields(TrackTable))
