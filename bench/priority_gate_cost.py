@@ -22,7 +22,7 @@ from contextlib import nullcontext
 import torch
 from _tracking_scene import FRAME_NS, default_bytetrack, grid_frame
 
-from inferstream.inference import to_host
+from inferstream.detections import to_host
 from inferstream.models.base import DecodeParams
 from inferstream.models.yolo import AnchorFreeDecoder
 from inferstream.shared_worker import SerialWorker, priority

@@ -1,7 +1,7 @@
 """What ``inferstream run --workers N`` gives on this machine: the same config with 1 and with N workers, side by side.
 
     python bench/workers_cpu.py [--workers 1,2,2s] [--streams 4] [--frames 300] [--repeats 2] [--only free|person]
-                                [--in-flight N]
+                                [--in-flight N] [--free-model make|make_wide]
 
 A count with ``s`` (``2s``) runs those workers with ``infer.model-server``: one more process holds the model and
 runs the waiting batches of all workers as one forward, instead of a copy of the model (and its thread pool) in
@@ -43,7 +43,8 @@ BENCH = Path(__file__).resolve().parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH")]))}
 
 
-def config(workload: str, streams: int, frames: int, server: bool = False, in_flight: int = 1) -> dict[str, Any]:
+def config(workload: str, streams: int, frames: int, server: bool = False, in_flight: int = 1,
+           free_model: str = "make") -> dict[str, Any]:
     served: dict[str, Any] = {"model-server": {}} if server else {}
     if in_flight > 1:
         served["in-flight"] = in_flight
@@ -51,7 +52,7 @@ def config(workload: str, streams: int, frames: int, server: bool = False, in_fl
         sources = [{"id": f"s{i}", "test": "ball", "num-buffers": frames, "width": 64, "height": 64}
                    for i in range(streams)]
         return {"sources": sources, "tracker": {},
-                "infer": {"model": "_free_model:make", "model-family": "yolo", "input-size": 64, **served}}
+                "infer": {"model": f"_free_model:{free_model}", "model-family": "yolo", "input-size": 64, **served}}
     sources = [{"id": f"s{i}", "file": "sample:vtest", "max-frames": frames} for i in range(streams)]
     return {"sources": sources, "infer": {"model": "sample:person-detector", **served}}
 
@@ -85,6 +86,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", choices=("free", "person"))
     ap.add_argument("--in-flight", type=int, default=1, help="pyinfer's in-flight in every run")
+    ap.add_argument("--free-model", choices=("make", "make_wide"), default="make",
+                    help="free's model: _free_model.py's make (a (B, 84, 84) head) or make_wide (8 400 anchors, the "
+                    "head of a YOLO at 640x640)")
     args = ap.parse_args()
     counts = args.workers.split(",")  # "2": two workers, "2s": two workers on one model server
     print(f"host: {len(os.sched_getaffinity(0))} cores; {args.streams} streams x {args.frames} frames, in-flight "
@@ -99,8 +103,9 @@ def main() -> None:
                 server = n.endswith("s")
                 paths[n] = Path(tmp) / f"{workload}-{n}.yaml", Path(tmp) / f"{workload}-{n}-startup.yaml"
                 paths[n][0].write_text(yaml.safe_dump(config(workload, args.streams, args.frames, server,
-                                                              args.in_flight)))
-                paths[n][1].write_text(yaml.safe_dump(config(workload, args.streams, 1, server, args.in_flight)))
+                                                              args.in_flight, args.free_model)))
+                paths[n][1].write_text(yaml.safe_dump(config(workload, args.streams, 1, server, args.in_flight,
+                                                              args.free_model)))
             best: dict[str, dict[str, float]] = {}
             us: dict[str, list[float]] = {n: [] for n in counts}
             for _ in range(args.repeats):

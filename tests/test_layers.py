@@ -18,9 +18,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # everything that talks to C (ctypes into GStreamer and CUDA, struct layouts, compiled loops); the sample data
     ("native", "samples", "gstcompat"),  # gstcompat: what differs between the gst-python releases we run on
     ("ops", "backends", "vlm", "nvinfer_config", "shared_worker", "model_thread"),  # pure computation, one job each
-    ("models", "frames", "tracking", "model_server"),  # model families (over backends and ops); buffers -> RawFrame;
-    # ByteTrack; the process that serves one model to many workers (over backends)
-    ("meta",),  # metadata writers and readers
+    ("models", "frames", "tracking"),  # model families (over backends and ops); buffers -> RawFrame; ByteTrack
+    ("meta", "model_server"),  # metadata writers and readers; the process that serves one model to many workers
+    # (over backends and models: it decodes for them)
     ("inference", "secondary"),  # a batch through a model: primary, and secondary on object crops
     ("batching",),  # frames of many streams into one batch (and the thread that finishes a served model's batches)
     ("runner",),  # one buffer's path: settings, mapping, the batch group, writing, tracking (no GStreamer)

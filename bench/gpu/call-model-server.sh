@@ -7,7 +7,8 @@
 # come first); PROFILE=0 samples no worker with py-spy. APP_CHECK=1 first compares the app on the GPU with a model
 # server against the app on the CPU (app_correctness.py; carry .gpu-carry/clips and .gpu-carry/models). TESTS=0 runs
 # no CUDA test, TESTS=served only the served backend's (TEST_K=EXPR: only those of them), TESTS=tracking only the
-# compiled tracker's against numpy's (tests/tracking/test_bytetrack_native.py, its CUDA case included).
+# compiled tracker's against numpy's (tests/tracking/test_bytetrack_native.py, its CUDA case included), TESTS=decode
+# the server's decoding against the worker's (tests/backends/test_served_decode.py) and the tracker's CUDA case.
 set -o pipefail; T0=$SECONDS
 RUNS=${RUNS:-auto:on:yes,auto:on:no,8:on:yes:b8:m:f4:x64}
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
@@ -19,8 +20,11 @@ cuda_tests() {  # LOG SECONDS PYTEST-ARGS...: one pytest run, its outcome lines 
 }
 if [ "${TESTS:-1}" = tracking ]; then
   cuda_tests pytest-tracking.log 200 tests/tracking/test_bytetrack_native.py
+elif [ "${TESTS:-1}" = decode ]; then
+  cuda_tests pytest-decode.log 200 tests/backends/test_served_decode.py -k "cuda or gpu"
+  cuda_tests pytest-tracking.log 90 tests/tracking/test_bytetrack_native.py -k cuda
 elif [ "${TESTS:-1}" != 0 ]; then
-  cuda_tests pytest.log 300 tests/backends/test_served.py -k "${TEST_K:-cuda or gpu}" --durations=8
+  cuda_tests pytest.log 300 tests/backends/test_served.py tests/backends/test_served_decode.py -k "${TEST_K:-cuda or gpu}" --durations=8
   [ "${TESTS:-1}" = served ] || cuda_tests pytest-graphs.log 90 tests/elements/test_pyinfer_cuda.py -k graph
   [ "${TESTS:-1}" = served ] || cuda_tests pytest-tracking.log 90 tests/tracking/test_bytetrack_native.py -k cuda
 fi

@@ -63,7 +63,7 @@ class StageTimers:
         import inferstream.frames.cuda as fcuda
         import inferstream.frames.system as fsystem
         import inferstream.meta.gstanalytics as meta
-        from inferstream import inference
+        from inferstream import detections, inference
         from inferstream.backends.torch_backend import TorchBackend
         from inferstream.batching import BatchGroup
         from inferstream.models import yolo
@@ -80,7 +80,7 @@ class StageTimers:
             (yolo, "nms_xyxy", lambda f: self.timed("leader: - NMS (torchvision, batched)", f, s)),
             (TorchBackend, "__call__", lambda f: self.timed("leader: model forward", f, s)),
             (AnchorFreeDecoder, "flat", lambda f: self.timed("leader: decode + NMS", f, s)),
-            (inference, "to_host", lambda f: self.timed("leader: detections to host", f, s)),
+            (detections, "to_host", lambda f: self.timed("leader: detections to host", f, s)),
             (inference.ModelStep, "infer", lambda f: self.timed("leader: Detector.infer total", f, s)),
             (BatchGroup, "infer", lambda f: self.timed("thread: BatchGroup.infer (wait + share of batch)", f)),
             (fcuda, "mapped_cuda_frame", self.timed_map),

@@ -152,3 +152,32 @@ def _split_tuple(field: tuple[Tensor, ...], counts: list[int]) -> list[tuple[Ten
         out.append(field[start:start + c])
         start += c
     return out
+
+
+def to_host(dets: Detections, image_ids: Tensor | None = None) -> tuple[Detections, Tensor | None]:
+    """``dets`` (and the image index of each row) on the CPU in one device-to-host copy: the fields are packed into
+    one float64 tensor (exact for float32 values and for integers below 2**53), copied, and unpacked.
+
+    Args:
+        dets: N detections on any device.
+        image_ids: optional ``[N]`` int64 on the same device.
+
+    Returns:
+        ``(dets, image_ids)`` on the CPU (``image_ids`` None when not given).
+    """
+    if dets.boxes_xyxy.device.type == "cpu":
+        return dets, None if image_ids is None else image_ids.cpu()
+    optional = [t for t in (image_ids, dets.angles_rad, dets.track_ids) if t is not None]
+    kpts = dets.keypoints
+    packed = torch.cat([dets.boxes_xyxy.double(), dets.scores.double()[:, None], dets.labels.double()[:, None],
+                        *(t.double()[:, None] for t in optional),
+                        *(() if kpts is None else (kpts.double().flatten(1),))], dim=1).cpu()
+    extra = iter(packed[:, 6 : 6 + len(optional)].unbind(1))
+    host_ids = next(extra).long() if image_ids is not None else None
+    host = Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
+                      angles_rad=next(extra).float() if dets.angles_rad is not None else None,
+                      track_ids=next(extra).long() if dets.track_ids is not None else None,
+                      masks=dets.masks,  # only host crops reach here: masks are assembled after this copy
+                      keypoints=None if kpts is None else
+                      packed[:, 6 + len(optional):].float().reshape(kpts.shape).contiguous())
+    return host, host_ids

@@ -113,6 +113,7 @@ class ModelStep:
             raise ConfigError(f"{len(self.labels)} labels given but the classifier's output {self.output_shapes[0]} "
                               f"has {self.num_classes} classes")
         self.rect_stride = self._rect_stride()
+        self.decodes_at_server = self._decode_at_server()
         if not self.labels:
             self.labels = tuple(f"class{i}" for i in range(self.num_classes))
         elif len(self.labels) < self.num_classes:
@@ -143,6 +144,20 @@ class ModelStep:
         self.preprocess = self.cfg.transform.apply(FAMILIES[self.family].preprocess)
         self.num_classes = int(getattr(decoder, "num_classes", 0)) or len(self.backend.info.names or ()) or 1
         return decoder
+
+    def _decode_at_server(self) -> bool:
+        """Whether a model server decodes this model's batches (``model_server.decoding``): its backend is a
+        server's and the decoder a built-in flat one without masks (a user's postprocess runs here). The server
+        decodes a whole forward's rows at once, and what crosses back is rows, not the raw outputs: on a GPU one set
+        of small kernels and host syncs per forward instead of one per worker batch; on the CPU less work in all
+        (BENCHMARKS.md, *Twentieth session*)."""
+        from inferstream.model_server.decoding import servable
+
+        ask = getattr(self.backend, "decode_at_server", None)
+        if ask is None or self.family == "custom" or not servable(self.decoder):
+            return False
+        ask(self.family)
+        return True
 
     def _family_spec(self) -> Family | None:
         from inferstream.models.registry import FAMILIES
@@ -242,6 +257,8 @@ class ModelStep:
                 t2 = time.monotonic()
                 dets = self._decode(frames, params, outputs, lb)
                 return Ticket.done(dets, self._record_stages(t0, t1, t2))
+            if self.decodes_at_server:
+                return self._served_rows(frames, params, batch, lb, t0, t1)
             collect = submit(batch)
 
         def finish() -> tuple[list[Detections], dict[str, float]]:
@@ -252,6 +269,19 @@ class ModelStep:
                 with torch.inference_mode(), _on_stream(self._decode_stream):
                     return self._decode(frames, params, outputs, lb)
             dets = self._on_thread(decode)
+            return dets, self._record_stages(t0, t1, t2)
+        return Ticket(finish)
+
+    def _served_rows(self, frames: list[RawFrame], params: DecodeParams | None, batch: torch.Tensor, lb: Letterbox,
+                     t0: float, t1: float) -> Ticket:
+        """The batch handed to a model server that decodes it (``decodes_at_server``): what comes back are the
+        rows, on the host, and only the way back to frame pixels is left here (the ``decode`` stage)."""
+        collect = self.backend.submit_decoded(batch, params or self.cfg.params)  # type: ignore[attr-defined]
+
+        def finish() -> tuple[list[Detections], dict[str, float]]:
+            rows, image_ids = collect()
+            t2 = time.monotonic()
+            dets = self._on_thread(lambda: self._in_frames(frames, rows, image_ids, lb))
             return dets, self._record_stages(t0, t1, t2)
         return Ticket(finish)
 
@@ -279,8 +309,7 @@ class ModelStep:
         the whole batch's rows crossing to the host in one copy, and mapped back to frame pixels there."""
         import torch
 
-        from inferstream.detections import Detections
-        from inferstream.ops.letterbox import clip_xyxy, unletterbox_keypoints, unletterbox_xyxy
+        from inferstream.detections import Detections, to_host
 
         params = params or self.cfg.params
         coeffs = protos = None
@@ -297,7 +326,18 @@ class ModelStep:
             merged, _ = to_host(Detections.merge(per_frame))
             sizes = torch.tensor([len(d) for d in per_frame])
             image_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
-        # the rest on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
+        assert image_ids is not None
+        return self._in_frames(frames, merged, image_ids, lb, coeffs, protos)
+
+    def _in_frames(self, frames: list[RawFrame], merged: Detections, image_ids: torch.Tensor, lb: Letterbox,
+                   coeffs: torch.Tensor | None = None, protos: torch.Tensor | None = None) -> list[Detections]:
+        """A batch's rows (on the host, model-input pixels, ``image_ids``: each row's frame) as each frame's
+        detections in frame pixels, with their masks when the decoder gave mask coefficients."""
+        import torch
+
+        from inferstream.ops.letterbox import clip_xyxy, unletterbox_keypoints, unletterbox_xyxy
+
+        # on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
         counts = torch.bincount(image_ids, minlength=len(frames)).tolist()
         # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
         boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[image_ids, None], lb.scale_y[image_ids, None],
@@ -348,20 +388,8 @@ def load_model_step(cfg: InferConfig) -> ModelStep:
     from inferstream.backends.torch_backend import TorchBackend
 
     if not isinstance(step.backend, TorchBackend):
-        _one_torch_thread_on(thread)
+        thread.one_torch_thread()
     return step
-
-
-def _one_torch_thread_on(thread: ModelThread) -> None:
-    """One torch thread on ``thread``, the process default unchanged. A runtime other than torch (ONNX Runtime,
-    a server) leaves torch only the pre- and post-processing, and OpenMP workers that spin after each of those
-    small regions take a core from the runtime's own threads (``model_thread``). ``torch.set_num_threads`` sets the
-    calling thread's count and the default of threads yet to start: the default is put back from this thread."""
-    import torch
-
-    threads = torch.get_num_threads()
-    thread.run(lambda: torch.set_num_threads(1))
-    torch.set_num_threads(threads)
 
 
 def _family_size(family: str) -> tuple[int, int]:
@@ -393,36 +421,3 @@ def _on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
     except BaseException:
         stream.synchronize()
         raise
-
-
-def to_host(dets: Detections, image_ids: torch.Tensor | None = None) -> tuple[Detections, torch.Tensor | None]:
-    """``dets`` (and the image index of each row) on the CPU in one device-to-host copy: the fields are packed into
-    one float64 tensor (exact for float32 values and for integers below 2**53), copied, and unpacked.
-
-    Args:
-        dets: N detections on any device.
-        image_ids: optional ``[N]`` int64 on the same device.
-
-    Returns:
-        ``(dets, image_ids)`` on the CPU (``image_ids`` None when not given).
-    """
-    import torch
-
-    from inferstream.detections import Detections
-
-    if dets.boxes_xyxy.device.type == "cpu":
-        return dets, None if image_ids is None else image_ids.cpu()
-    optional = [t for t in (image_ids, dets.angles_rad, dets.track_ids) if t is not None]
-    kpts = dets.keypoints
-    packed = torch.cat([dets.boxes_xyxy.double(), dets.scores.double()[:, None], dets.labels.double()[:, None],
-                        *(t.double()[:, None] for t in optional),
-                        *(() if kpts is None else (kpts.double().flatten(1),))], dim=1).cpu()
-    extra = iter(packed[:, 6 : 6 + len(optional)].unbind(1))
-    host_ids = next(extra).long() if image_ids is not None else None
-    host = Detections(boxes_xyxy=packed[:, :4].float(), scores=packed[:, 4].float(), labels=packed[:, 5].long(),
-                      angles_rad=next(extra).float() if dets.angles_rad is not None else None,
-                      track_ids=next(extra).long() if dets.track_ids is not None else None,
-                      masks=dets.masks,  # only host crops reach here: masks are assembled after this copy
-                      keypoints=None if kpts is None else
-                      packed[:, 6 + len(optional):].float().reshape(kpts.shape).contiguous())
-    return host, host_ids

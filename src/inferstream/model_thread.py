@@ -52,6 +52,18 @@ class ModelThread:
             self._jobs.put((fn, future))  # type: ignore[arg-type]
         return future
 
+    def one_torch_thread(self) -> None:
+        """One torch thread on this thread, the process default unchanged. Where the model's own runtime (ONNX
+        Runtime, a server) or another thread does the heavy work, torch here only runs small pre- and post-processing
+        steps, and OpenMP workers that spin after each of those small regions take a core from that work.
+        ``torch.set_num_threads`` sets the calling thread's count and the default of threads yet to start: the
+        default is put back from the calling thread."""
+        import torch
+
+        threads = torch.get_num_threads()
+        self.run(lambda: torch.set_num_threads(1))
+        torch.set_num_threads(threads)
+
     def close(self, wait: bool = False) -> None:
         """End the thread once the calls queued before this one are done; with ``wait``, return once it has ended
         (a process about to exit: a thread still ending while the runtime tears down can abort it)."""

@@ -44,12 +44,14 @@ def test_nms_xyxy_matches_reference_loop(device: str, iou: float, seed: int, agn
     torch.testing.assert_close(nms_xyxy(*args, iou, agnostic).cpu(), expected)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("agnostic", [False, True])
-def test_nms_xyxy_runs_image_by_image_above_one_call_max(monkeypatch: pytest.MonkeyPatch, agnostic: bool) -> None:
-    boxes, scores, labels, image_ids = random_boxes_xyxy(300, 3, 4, seed=11)
-    expected = nms_xyxy(boxes, scores, labels, image_ids, 0.5, agnostic)
-    monkeypatch.setattr(nms_module, "ONE_CALL_MAX", 50)
-    assert nms_xyxy(boxes, scores, labels, image_ids, 0.5, agnostic).tolist() == expected.tolist()
+def test_nms_xyxy_runs_image_by_image_above_one_call_max(monkeypatch: pytest.MonkeyPatch, agnostic: bool,
+                                                         device: str) -> None:
+    inputs = [t.to(device) for t in random_boxes_xyxy(300, 3, 4, seed=11)]
+    expected = nms_xyxy(*inputs, 0.5, agnostic)
+    monkeypatch.setattr(nms_module, "ONE_CALL_MAX", {"cpu": 50, "cuda": 50})
+    assert nms_xyxy(*inputs, 0.5, agnostic).tolist() == expected.tolist()
 
 
 def test_nms_xyxy_keeps_the_same_set_as_torchvision_batched_nms() -> None:

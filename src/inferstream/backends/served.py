@@ -7,7 +7,9 @@ tensors and shares them (CUDA IPC on a GPU, a shared file in ``/dev/shm`` on the
 batch into the input on the device, waits for that copy and sends ``("run", n)`` over the socket; collecting
 waits for ``("done",)``: by then the server has written the outputs and waited for its own stream. The outputs
 are views of the shared output tensors, valid until that lane's next batch, which the batch group orders after
-the decoder that reads them (``batching.BatchGroup._run``).
+the decoder that reads them (``batching.BatchGroup._run``). A backend told its decoder's family
+(``decode_at_server``) may instead send ``("run", n, thresholds)`` (``submit_decoded``): the server decodes the
+rows of every such request of a forward at once and answers each with its frames' rows (``model_server.decoding``).
 
 Never a hang: every answer has a deadline, and a server that died or stopped is an InferenceServerError
 naming the socket, at once or, with ``?reconnect=S``, once it has not come back at the socket within S seconds
@@ -30,8 +32,12 @@ from inferstream.errors import BackendInitError, InferenceServerError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import numpy as np
+    import numpy.typing as npt
     import torch
     from torch import Tensor
+
+    from inferstream.detections import Detections
 
 T = TypeVar("T")
 
@@ -59,6 +65,40 @@ class SharedFile:
 
         return torch.from_file(self.path, shared=True, size=math.prod(self.shape),
                                dtype=getattr(torch, self.dtype)).view(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """One request's rows decoded by the server (``model_server.decoding``), as they cross the socket: numpy
+    arrays pickle as plain bytes, where torch's own reduction would pass CPU tensors as shared-memory files. Boxes
+    in model-input pixels, as a flat decoder gives them.
+
+    Attributes:
+        image_ids: int64 [N], each row's frame in the request (grouped by frame, ascending).
+        boxes_xyxy: float32 [N, 4]. scores: float32 [N]. labels: int64 [N]. angles_rad: float32 [N] or None.
+        keypoints: float32 [N, K, 3] or None.
+    """
+
+    image_ids: npt.NDArray[np.int64]
+    boxes_xyxy: npt.NDArray[np.float32]
+    scores: npt.NDArray[np.float32]
+    labels: npt.NDArray[np.int64]
+    angles_rad: npt.NDArray[np.float32] | None = None
+    keypoints: npt.NDArray[np.float32] | None = None
+
+    def detections(self) -> tuple[Detections, Tensor]:
+        """``(rows, image_ids)`` as CPU tensors (views of these arrays), checked: they came from another process."""
+        import torch
+
+        from inferstream.detections import Detections
+
+        def tensor(a: Any) -> Tensor | None:
+            return None if a is None else torch.from_numpy(a)
+
+        dets = Detections(boxes_xyxy=torch.from_numpy(self.boxes_xyxy), scores=torch.from_numpy(self.scores),
+                          labels=torch.from_numpy(self.labels), angles_rad=tensor(self.angles_rad),
+                          keypoints=tensor(self.keypoints))
+        return dets, torch.from_numpy(self.image_ids)
 
 
 def parse_spec(spec: str) -> tuple[str, float]:
@@ -94,6 +134,7 @@ class _Lane:
         """The backend's first lane, or another ``beside`` it, opened while the backend runs: that one waits for a
         server that is starting again as a lost lane does (``come_back``)."""
         self.address, self._owner, self._reconnect_s = address, owner, reconnect_s
+        self.family: str | None = None  # registered with the server's decoder of this family (``decode_at_server``)
         self.input: Tensor | None = None  # before the first call or warmup: no tensors yet
         self.outputs: list[Tensor] = []
         self.busy = False  # a request sent whose answer is not read yet
@@ -140,13 +181,15 @@ class _Lane:
                                "(its own error is in the run's log)")
 
     def register(self, capacity: int, height: int, width: int) -> None:
-        """Ask for input and output tensors for ``capacity`` frames of ``height`` x ``width``."""
-        shared_in, shared_out = self._ask(("register", capacity, height, width))
+        """Ask for input and output tensors for ``capacity`` frames of ``height`` x ``width`` (and, with a
+        ``family``, for the server's decoder of it at that size)."""
+        shared_in, shared_out = self._ask(("register", capacity, height, width, self.family))
         self.input = _opened(shared_in)
         self.outputs = [_opened(t) for t in shared_out]
 
-    def send(self, batch: Tensor) -> None:
-        """Copy ``batch`` into the input (registering a larger or other size first) and ask for its forward."""
+    def send(self, batch: Tensor, params: object | None = None) -> None:
+        """Copy ``batch`` into the input (registering a larger or other size first) and ask for its forward (its
+        rows decoded with ``params``, when given)."""
         import torch
 
         n, _, height, width = batch.shape
@@ -158,7 +201,7 @@ class _Lane:
         slot[:n].copy_(batch)
         if slot.is_cuda:  # the server reads the input on its own stream: the copy must be done first
             torch.cuda.current_stream(slot.device).synchronize()
-        self._send(("run", n))
+        self._send(("run", n) if params is None else ("run", n, params))
         self.busy = True
 
     def run(self, batch: Tensor) -> list[Tensor]:
@@ -171,6 +214,14 @@ class _Lane:
         self._answer()
         self.busy = False
         return [out[:n] for out in self.outputs]
+
+    def collect_rows(self) -> tuple[Detections, Tensor]:
+        """The decoded rows of the request sent (``send`` with thresholds) and each one's frame, on the CPU."""
+        payload = self._answer()
+        self.busy = False
+        if len(payload) != 1 or not isinstance(payload[0], Rows):
+            raise InferenceServerError(f"the model server at {self.address} sent no decoded rows: {payload!r:.80}")
+        return payload[0].detections()
 
     def come_back(self, lost: ServerLostError) -> None:
         """Connect to the server started again at the socket and register as before; ``lost`` past the wait."""
@@ -229,10 +280,38 @@ class ServedBackend:
                                    f"not on {device}: set the same device on both")
         self._lanes = [first]
         self._sent = 0  # batches submitted: the next one's lane is this modulo LANES
+        self._family: str | None = None  # the decoder the server holds for us (``decode_at_server``)
 
     def __call__(self, batch: Tensor) -> list[Tensor]:
         """``batch``'s outputs, on the first lane (views valid until its next batch)."""
         return self._with_server(self._lanes[0], lambda: self._lanes[0].run(batch))
+
+    def decode_at_server(self, family: str | None) -> None:
+        """From the next registration on, have the server build ``family``'s decoder for this backend (None: no
+        decoder), so that ``submit_decoded`` can ask for decoded rows (``model_server.decoding``: the family's
+        decoder must be a flat one without masks). Every lane registers again at its next batch; its raw outputs
+        stay available."""
+        for lane in self._lanes:
+            lane.family = family
+            lane.input = None  # registers again, with the family, before its next batch
+        self._family = family
+
+    def submit_decoded(self, batch: Tensor, params: object) -> Callable[[], tuple[Detections, Tensor]]:
+        """``submit``, but the server decodes the batch's rows with ``params``, the decoder's thresholds
+        (``models.base.DecodeParams``: carried, not read here), after ``decode_at_server``: the call returned waits
+        for them and gives ``(rows, image_ids)`` on the CPU, boxes in model-input pixels."""
+        if self._family is None:
+            raise InferenceServerError("submit_decoded before decode_at_server: the server has no decoder for us")
+        lane = self._next_lane()
+        self._with_server(lane, lambda: lane.send(batch, params))
+
+        def collect() -> tuple[Detections, Tensor]:
+            try:
+                return lane.collect_rows()
+            except ServerLostError as lost:  # the new server has not seen the batch: it runs again there
+                lane.come_back(lost)
+                return self._with_server(lane, lambda: _ran(lane, batch, params))
+        return collect
 
     def submit(self, batch: Tensor) -> Callable[[], list[Tensor]]:
         """Send ``batch`` to the server; returns the call that waits for its outputs (views valid until ``LANES``
@@ -255,6 +334,7 @@ class ServedBackend:
         index = self._sent % LANES
         if index == len(self._lanes):
             lane = _Lane(self.address, id(self), self._reconnect_s, beside=self._lanes[0])
+            lane.family = self._family
             first = self._lanes[0].input
             if first is not None:  # the size the group registered at its warm-up
                 self._with_server(lane, lambda: lane.register(first.shape[0], *first.shape[2:]))
@@ -283,6 +363,12 @@ class ServedBackend:
     def close(self) -> None:
         for lane in self._lanes:
             lane.close()
+
+
+def _ran(lane: _Lane, batch: Tensor, params: object) -> tuple[Detections, Tensor]:
+    """``batch``'s decoded rows, sent and collected on ``lane``."""
+    lane.send(batch, params)
+    return lane.collect_rows()
 
 
 def _opened(shared: Any) -> Tensor:

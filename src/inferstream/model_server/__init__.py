@@ -13,6 +13,10 @@ and the next forward takes them all. Up to ``DEPTH`` forwards are under way at o
 launched on the server's CUDA stream behind the running one as soon as its requests fill a forward, so the GPU
 goes from one forward to the next without waiting for this process to read, answer and launch; the model's
 thread (``model_thread``) waits for each forward's end (on the CPU it runs the forward: its one OpenMP pool).
+A worker that registered its decoder's family and sends its thresholds with a request (``backends.served``:
+``submit_decoded``) gets its frames' rows instead of outputs: a decoding thread (one torch thread) decodes every
+such request of a forward at once once the forward has ended, on a CUDA stream of its own, while the model's thread
+goes on with the next forward (``decoding``).
 
 The socket's folder is the access control (the app makes it private): whoever can connect can send pickles. What
 the process prints, and how it stops: ``__main__``.
@@ -32,8 +36,10 @@ from multiprocessing.connection import Connection, Listener, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from inferstream.model_server.decoding import Decoders, Group, groups_of
 from inferstream.model_server.shared import SharedTensors
 from inferstream.model_thread import ModelThread
+from inferstream.models.base import DecodeParams
 from inferstream.native.process import discard_output
 
 STATS_EVERY_S: Final = 1.0
@@ -48,6 +54,8 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from inferstream.backends.base import Backend
+    from inferstream.backends.served import Rows
+    from inferstream.models.base import FlatDecoder
 
 
 @dataclass(eq=False)
@@ -61,6 +69,8 @@ class _Client:
     asked: int = 0  # frames of the request not answered yet (waiting, or in a forward), 0: none
     asked_at: int = 0  # the request's number: the oldest run first
     in_forward: bool = False  # its request is in a forward under way
+    decoder: FlatDecoder | None = None  # registered to have its rows decoded here (``decoding``)
+    params: DecodeParams | None = None  # the request's thresholds: decode its rows (None: send the raw outputs)
 
 
 @dataclass(eq=False)
@@ -73,7 +83,10 @@ class _Forward:
     outputs: list[list[Tensor]]  # each job's output tensors
     launched: float  # perf_counter
     timers: tuple[Any, Any] | None = None  # CUDA events around it on the server's stream
+    groups: list[Group] = field(default_factory=list)  # the requests whose rows are decoded here
+    answers: dict[_Client, Rows | str] = field(default_factory=dict)  # their rows, or why decoding failed
     ended: float = 0.0
+    on_device: bool = True  # False once the forward itself has ended (its rows may still be decoding)
     error: str | None = None
     settled: threading.Event = field(default_factory=threading.Event)
 
@@ -95,8 +108,14 @@ class ModelServer:
 
         self.backend, self.max_batch, self.delay_s, self.every_sum = backend, max_batch, delay_s, every_sum
         self._stream = torch.cuda.Stream(backend.device) if backend.device.type == "cuda" else None
+        # decoding waits for a forward's end on a stream of its own, beside the next forward
+        self._decode_stream = torch.cuda.Stream(backend.device) if backend.device.type == "cuda" else None
+        self._decoders = Decoders(backend.info)
         self._thread = thread or ModelThread("model-server-model")
-        self._running: list[_Forward] = []  # under way, oldest first: at most DEPTH
+        # decodes a forward's rows while the model's thread goes on to the next forward (on the CPU it runs it)
+        self._decoding = ModelThread("model-server-decode")
+        self._decoding.one_torch_thread()
+        self._running: list[_Forward] = []  # launched and not answered yet, oldest first (at most DEPTH on the device)
         self._ended: deque[_Forward] = deque()  # ended, to answer: the model's thread hands them to the main one
         self._last_end = 0.0  # when the last forward ended: busy time counts a forward queued behind it from there
         self._clients: list[_Client] = []
@@ -150,6 +169,7 @@ class ModelServer:
         for client in list(self._clients):
             self._drop(client)
         self._shared.close()
+        self._decoding.close(wait=True)
         self._thread.close(wait=True)
 
     def stop(self) -> None:
@@ -206,20 +226,24 @@ class ModelServer:
                 self._owners.add(client.owner)
                 dtype = str(self.backend.dtype).removeprefix("torch.")
                 self._send(client, ("info", self.backend.info, str(self.backend.device), dtype))
-            elif kind == "register":
+            elif kind == "register" and (len(args) == 3 or isinstance(args[3], str | None)):
                 self._settle()  # warming up replays graphs that share memory with the forwards: none may be under way
                 self._send(client, ("slots", *self._register(client, *args)))
-            elif kind == "run" and client.input is not None and not client.asked and 0 < args[0] <= client.shape[0]:
+            elif kind == "run" and client.input is not None and not client.asked and 0 < args[0] <= client.shape[0] \
+                    and (len(args) == 1 or client.decoder is not None and isinstance(args[1], DecodeParams)):
                 client.asked, client.asked_at = int(args[0]), next(self._requests)
+                client.params = args[1] if len(args) > 1 else None
             else:
                 why = (f"unexpected request {kind!r} (register before run, at most the registered batch, one run "
-                       "at a time)")
+                       "at a time, thresholds only with a family registered)")
                 self._send(client, ("error", why))
         except Exception as exc:  # noqa: BLE001 (a bad size, a model that fails on it, no memory: that worker's error)
             self._send(client, ("error", f"{type(exc).__name__}: {exc}"))
 
-    def _register(self, client: _Client, capacity: int, height: int, width: int) -> tuple[Any, list[Any]]:
-        """Allocate (and share) ``client``'s tensors; the first worker of a size warms the model up for it."""
+    def _register(self, client: _Client, capacity: int, height: int, width: int,
+                  family: str | None = None) -> tuple[Any, list[Any]]:
+        """Allocate (and share) ``client``'s tensors; the first worker of a size warms the model up for it. With a
+        ``family`` its requests may ask for their rows decoded here (``decoding``)."""
         import torch
 
         self._release(client)
@@ -228,6 +252,7 @@ class ModelServer:
         if any(not shape or shape[0] != 1 for shape, _ in probed):
             raise ValueError(f"outputs {[s for s, _ in probed]} do not all have the batch first: this model "
                              "cannot be served")
+        client.decoder = None if family is None else self._decoders.get(family, [s for s, _ in probed], height, width)
         client.input, shared_in = self._shared.make(client.files, (capacity, 3, height, width), self.backend.dtype)
         made = [self._shared.make(client.files, (capacity, *shape[1:]), dtype) for shape, dtype in probed]
         client.outputs = [tensor for tensor, _ in made]
@@ -289,10 +314,10 @@ class ModelServer:
         """Launch forwards while fewer than ``DEPTH`` are under way. With none under way the requests waiting now
         go (after ``delay_s`` for idle workers); behind a running forward only a full one is launched: the requests
         that pile up while a forward runs would otherwise be split over smaller forwards."""
-        while len(self._running) < DEPTH and (jobs := self._waiting()):
-            if self._running and sum(j.asked for j in jobs) < self.max_batch:
+        while len(running := [f for f in self._running if f.on_device]) < DEPTH and (jobs := self._waiting()):
+            if running and sum(j.asked for j in jobs) < self.max_batch:
                 return
-            if not self._running:
+            if not running:
                 self._linger()
                 if not (jobs := self._waiting()):  # the only worker asking went meanwhile
                     return
@@ -304,27 +329,28 @@ class ModelServer:
         import torch
 
         inputs = [job.input[:job.asked] for job in jobs if job.input is not None]
-        forward = _Forward(jobs, inputs, [job.outputs for job in jobs], time.perf_counter())
+        forward = _Forward(jobs, inputs, [job.outputs for job in jobs], time.perf_counter(), groups=groups_of(jobs))
         for job in jobs:
             job.in_forward = True
-        self.queued += bool(self._running)
+        self.queued += any(f.on_device for f in self._running)
         self._running.append(forward)
         try:
             if self._stream is None:
                 future: Future[Any] = self._thread.submit(lambda: self._forward(forward))
             else:
                 # its start and end on the device: how long the GPU itself took, apart from the host around it
-                forward.timers = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                timers = forward.timers = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                 with torch.cuda.stream(self._stream):
                     self._forward(forward)
-                future = self._thread.submit(forward.timers[1].synchronize)
+                future = self._thread.submit(timers[1].synchronize)
         except Exception as exc:  # noqa: BLE001 (the forward failed: every worker in it hears why, the server goes on)
             self._end(forward, exc)
             return
-        future.add_done_callback(lambda done: self._end(forward, done.exception()))
+        future.add_done_callback(lambda done: self._ended_forward(forward, done.exception()))
 
     def _forward(self, forward: _Forward) -> None:
-        """Run the model on the requests' rows and copy each worker's rows of the outputs into its tensors."""
+        """Run the model on the requests' rows; copy each worker's rows of the outputs into its tensors, or keep
+        them for decoding here (``_decode``)."""
         import torch
 
         with torch.inference_mode():
@@ -333,17 +359,43 @@ class ModelServer:
             inputs = forward.inputs
             outputs = self.backend(inputs[0] if len(inputs) == 1 else torch.cat(inputs))
             start = 0
-            for rows, mine in zip(inputs, forward.outputs):
+            for job, rows, mine in zip(forward.jobs, inputs, forward.outputs):
                 n = rows.shape[0]
-                for dst, out in zip(mine, outputs):
-                    dst[:n].copy_(out[start:start + n])
+                if job.params is None:
+                    for dst, out in zip(mine, outputs):
+                        dst[:n].copy_(out[start:start + n])
                 start += n
+            for group in forward.groups:  # a CUDA graph's outputs are the next forward's: copied
+                group.take(outputs, copy=forward.timers is not None)
             if forward.timers is not None:
                 forward.timers[1].record()
 
+    def _ended_forward(self, forward: _Forward, exc: BaseException | None) -> None:
+        """``forward`` has ended (on the model's thread): its rows to decode go to the decoding thread, in order,
+        and it is answered once they are decoded; the model's thread goes on with the next forward."""
+        forward.ended, forward.on_device = time.perf_counter(), False
+        if exc is not None or not forward.groups:
+            self._end(forward, exc)
+            return
+        os.write(self._wake_w, b"e")  # the device has room for the next forward while this one's rows decode
+        decoded = self._decoding.submit(lambda: self._decode(forward))
+        decoded.add_done_callback(lambda done: self._end(forward, done.exception()))
+
+    def _decode(self, forward: _Forward) -> None:
+        """Decode ``forward``'s groups (on the decoding thread; on a GPU on the decoding stream, after the forward's
+        last event); a group that fails answers its workers why."""
+        ready = forward.timers[1] if forward.timers is not None else None
+        for group in forward.groups:
+            try:
+                forward.answers.update(group.decode(self._decode_stream, ready))
+            except Exception as exc:  # noqa: BLE001 (that group's workers hear why; the others get their rows)
+                forward.answers.update(dict.fromkeys((job for job, _, _ in group.jobs),
+                                                     f"decoding failed: {type(exc).__name__}: {exc}"))
+
     def _end(self, forward: _Forward, exc: BaseException | None) -> None:
-        """``forward`` has ended (on the model's thread): hand it to the main thread, which answers its workers."""
-        forward.ended = time.perf_counter()
+        """``forward`` is done (on the model's or the decoding thread): hand it to the main thread, which answers its
+        workers."""
+        forward.ended = forward.ended or time.perf_counter()  # a forward that failed to launch
         if exc is not None:
             forward.error = f"the forward failed: {type(exc).__name__}: {exc}"
         self._ended.append(forward)
@@ -363,11 +415,10 @@ class ModelServer:
                 timers = forward.timers
                 self.device_s += timers[0].elapsed_time(timers[1]) / 1000 if timers is not None else busy
             self._last_end = max(self._last_end, forward.ended)
-            answer = ("done",) if forward.error is None else ("error", forward.error)
             for job in forward.jobs:
                 job.asked, job.in_forward = 0, False
                 if job in self._clients:
-                    self._send(job, answer)
+                    self._send(job, _answer(forward, job))
 
     def _settle(self) -> None:
         """Wait for the forwards under way to end, and answer them."""
@@ -393,6 +444,16 @@ class ModelServer:
         for path in client.files:
             path.unlink(missing_ok=True)
         client.files.clear()
+
+
+def _answer(forward: _Forward, job: _Client) -> tuple[Any, ...]:
+    """What ``job`` hears of ``forward``: its rows, ``done`` (its outputs are in its tensors), or why it failed."""
+    if forward.error is not None:
+        return ("error", forward.error)
+    rows = forward.answers.get(job)
+    if isinstance(rows, str):
+        return ("error", rows)
+    return ("done",) if rows is None else ("done", rows)
 
 
 def say(message: dict[str, Any]) -> None:

@@ -7,7 +7,8 @@ image, by descending score: the order ultralytics' ``non_max_suppression`` retur
 - ``nms_xyxy`` is greedy NMS (``torchvision.ops.nms``). Groups are kept apart by shifting each (image, class)
   group to its own region; the shift is done in float64 so that it costs no precision (ultralytics shifts by
   ``class * 7680`` in float32, which rounds coordinates to ~1/16 px for high class ids). Up to ``ONE_CALL_MAX``
-  candidates the whole batch is one call; beyond, one call per image (the cost is quadratic in the count).
+  candidates (per device type) the whole batch is one call; beyond, one call per image (the cost is quadratic in
+  the count).
 - ``nms_cxcywhr`` is ultralytics' rotated NMS: *Fast-NMS* with ProbIoU (the Gaussian-Hellinger overlap of
   ``ultralytics.utils.metrics.batch_probiou``), where a box is dropped if any higher-scoring box of its group
   overlaps it above the threshold, suppressed or not. The ``[B, K, K]`` overlaps (K = most candidates in one
@@ -23,7 +24,10 @@ import torchvision  # type: ignore[import-untyped]
 if TYPE_CHECKING:
     from torch import Tensor
 
-ONE_CALL_MAX = 8192  # candidates up to which nms_xyxy runs one torchvision call for the whole batch
+# candidates up to which nms_xyxy runs one torchvision call for the whole batch: on the CPU its greedy loop compares
+# across images too; on CUDA one call is one IoU mask (N^2 / 64 words) and one host sync where image by image is one
+# sync per image, and a model server decodes a whole forward's images (32 x hundreds of candidates) at once
+ONE_CALL_MAX = {"cpu": 8192, "cuda": 16384}
 PAIRS_PER_BLOCK = 1 << 23  # ProbIoU pairs computed at once by nms_cxcywhr (~32 MB per float32 temporary)
 
 
@@ -58,7 +62,7 @@ def nms_xyxy(
     b = boxes.double()
     span = (b.max() - b.min()).clamp(min=0) + 1  # 0-dim tensors: no host sync
     shifted = b - b.min() + (group.double() * span)[:, None]
-    if boxes.shape[0] <= ONE_CALL_MAX:
+    if boxes.shape[0] <= ONE_CALL_MAX.get(boxes.device.type, ONE_CALL_MAX["cpu"]):
         keep: Tensor = torchvision.ops.nms(shifted, scores.double(), iou_threshold)
         return keep[torch.sort(image_ids[keep], stable=True).indices]
     # one call costs O(N^2) time (and N^2/64 words of mask on CUDA) over the whole batch: go image by image
