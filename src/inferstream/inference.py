@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from inferstream.errors import ConfigError, UnsupportedModelError
-from inferstream.models.base import DecodeParams, PreprocessOverride
+from inferstream.models.base import DecodeParams, PreprocessOverride, rows_only
 
 if TYPE_CHECKING:
     import torch
@@ -151,10 +151,8 @@ class ModelStep:
         decodes a whole forward's rows at once, and what crosses back is rows, not the raw outputs: on a GPU one set
         of small kernels and host syncs per forward instead of one per worker batch; on the CPU less work in all
         (BENCHMARKS.md, *Twentieth session*)."""
-        from inferstream.model_server.decoding import servable
-
         ask = getattr(self.backend, "decode_at_server", None)
-        if ask is None or self.family == "custom" or not servable(self.decoder):
+        if ask is None or self.family == "custom" or not rows_only(self.decoder):
             return False
         ask(self.family)
         return True
@@ -313,21 +311,21 @@ class ModelStep:
 
         params = params or self.cfg.params
         coeffs = protos = None
-        if hasattr(self.decoder, "flat") and not hasattr(self.decoder, "flat_masked"):  # the built-in decoders:
+        if rows_only(self.decoder):  # the built-in decoders without masks:
             image_ids, rows = self.decoder.flat(outputs, params)  # rows of the whole batch, split on the host
-            merged, image_ids = to_host(rows, image_ids)
+            merged, host_ids = to_host(rows, image_ids)
         elif hasattr(self.decoder, "flat_masked"):  # instance masks: assembled once the boxes are in frame pixels
             masked = cast("MaskedDecoder", self.decoder)
             image_ids, rows, coeffs = masked.flat_masked(outputs, params)
             protos = masked.split_outputs(outputs)[1]
-            merged, image_ids = to_host(rows, image_ids)
+            merged, host_ids = to_host(rows, image_ids)
         else:  # a user's postprocess: one Detections per frame
             per_frame = self.decoder(outputs, params)
             merged, _ = to_host(Detections.merge(per_frame))
             sizes = torch.tensor([len(d) for d in per_frame])
-            image_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
-        assert image_ids is not None
-        return self._in_frames(frames, merged, image_ids, lb, coeffs, protos)
+            host_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
+        assert host_ids is not None
+        return self._in_frames(frames, merged, host_ids, lb, coeffs, protos)
 
     def _in_frames(self, frames: list[RawFrame], merged: Detections, image_ids: torch.Tensor, lb: Letterbox,
                    coeffs: torch.Tensor | None = None, protos: torch.Tensor | None = None) -> list[Detections]:

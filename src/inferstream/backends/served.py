@@ -280,7 +280,6 @@ class ServedBackend:
                                    f"not on {device}: set the same device on both")
         self._lanes = [first]
         self._sent = 0  # batches submitted: the next one's lane is this modulo LANES
-        self._family: str | None = None  # the decoder the server holds for us (``decode_at_server``)
 
     def __call__(self, batch: Tensor) -> list[Tensor]:
         """``batch``'s outputs, on the first lane (views valid until its next batch)."""
@@ -294,38 +293,37 @@ class ServedBackend:
         for lane in self._lanes:
             lane.family = family
             lane.input = None  # registers again, with the family, before its next batch
-        self._family = family
 
     def submit_decoded(self, batch: Tensor, params: object) -> Callable[[], tuple[Detections, Tensor]]:
         """``submit``, but the server decodes the batch's rows with ``params``, the decoder's thresholds
         (``models.base.DecodeParams``: carried, not read here), after ``decode_at_server``: the call returned waits
         for them and gives ``(rows, image_ids)`` on the CPU, boxes in model-input pixels."""
-        if self._family is None:
+        if self._lanes[0].family is None:
             raise InferenceServerError("submit_decoded before decode_at_server: the server has no decoder for us")
-        lane = self._next_lane()
-        self._with_server(lane, lambda: lane.send(batch, params))
-
-        def collect() -> tuple[Detections, Tensor]:
-            try:
-                return lane.collect_rows()
-            except ServerLostError as lost:  # the new server has not seen the batch: it runs again there
-                lane.come_back(lost)
-                return self._with_server(lane, lambda: _ran(lane, batch, params))
-        return collect
+        return self._submit(batch, params, _Lane.collect_rows)
 
     def submit(self, batch: Tensor) -> Callable[[], list[Tensor]]:
         """Send ``batch`` to the server; returns the call that waits for its outputs (views valid until ``LANES``
         batches later are sent: at most ``LANES`` batches may be sent and not yet collected)."""
-        lane = self._next_lane()
-        self._with_server(lane, lambda: lane.send(batch))
         n = batch.shape[0]
+        return self._submit(batch, None, lambda lane: lane.collect(n))
 
-        def collect() -> list[Tensor]:
+    def _submit(self, batch: Tensor, params: object | None, take: Callable[[_Lane], T]) -> Callable[[], T]:
+        """Send ``batch`` (with ``params``: to be decoded) on the next lane; the call returned waits for the answer
+        (``take``), and a server that went away and came back runs the batch again."""
+        lane = self._next_lane()
+        self._with_server(lane, lambda: lane.send(batch, params))
+
+        def again() -> T:
+            lane.send(batch, params)
+            return take(lane)
+
+        def collect() -> T:
             try:
-                return lane.collect(n)
+                return take(lane)
             except ServerLostError as lost:  # the new server has not seen the batch: it runs again there
                 lane.come_back(lost)
-                return self._with_server(lane, lambda: lane.run(batch))
+                return self._with_server(lane, again)
         return collect
 
     def _next_lane(self) -> _Lane:
@@ -334,7 +332,7 @@ class ServedBackend:
         index = self._sent % LANES
         if index == len(self._lanes):
             lane = _Lane(self.address, id(self), self._reconnect_s, beside=self._lanes[0])
-            lane.family = self._family
+            lane.family = self._lanes[0].family
             first = self._lanes[0].input
             if first is not None:  # the size the group registered at its warm-up
                 self._with_server(lane, lambda: lane.register(first.shape[0], *first.shape[2:]))
@@ -363,12 +361,6 @@ class ServedBackend:
     def close(self) -> None:
         for lane in self._lanes:
             lane.close()
-
-
-def _ran(lane: _Lane, batch: Tensor, params: object) -> tuple[Detections, Tensor]:
-    """``batch``'s decoded rows, sent and collected on ``lane``."""
-    lane.send(batch, params)
-    return lane.collect_rows()
 
 
 def _opened(shared: Any) -> Tensor:

@@ -382,12 +382,11 @@ class ModelServer:
         decoded.add_done_callback(lambda done: self._end(forward, done.exception()))
 
     def _decode(self, forward: _Forward) -> None:
-        """Decode ``forward``'s groups (on the decoding thread; on a GPU on the decoding stream, after the forward's
-        last event); a group that fails answers its workers why."""
-        ready = forward.timers[1] if forward.timers is not None else None
+        """Decode ``forward``'s groups (on the decoding thread, once the model's thread saw the forward end; on a GPU
+        on the decoding stream); a group that fails answers its workers why."""
         for group in forward.groups:
             try:
-                forward.answers.update(group.decode(self._decode_stream, ready))
+                forward.answers.update(group.decode(self._decode_stream))
             except Exception as exc:  # noqa: BLE001 (that group's workers hear why; the others get their rows)
                 forward.answers.update(dict.fromkeys((job for job, _, _ in group.jobs),
                                                      f"decoding failed: {type(exc).__name__}: {exc}"))

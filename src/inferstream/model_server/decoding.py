@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from inferstream.backends.served import Rows
 
@@ -32,12 +32,6 @@ if TYPE_CHECKING:
     from inferstream.models.base import DecodeParams, FlatDecoder
 
 
-def servable(decoder: object) -> bool:
-    """Whether the server can decode for ``decoder``: a flat decoder whose rows are all there is (masks are
-    assembled at frame resolution, in the worker)."""
-    return hasattr(decoder, "flat") and not hasattr(decoder, "flat_masked")
-
-
 class Decoders:
     """The server's decoders, one per family and input size (a decoder may depend on the size: DETR, classifiers)."""
 
@@ -52,14 +46,15 @@ class Decoders:
             ConfigError, UnsupportedModelError: an unknown family, or outputs not in its layout.
             ValueError: a family whose decoding stays with the worker (masks).
         """
+        from inferstream.models.base import rows_only
         from inferstream.models.registry import make_decoder
 
         key = (family, height, width)
         if key not in self._built:
             built = make_decoder(family, output_shapes, self._info, (height, width))
-            if not servable(built):
+            if not rows_only(built):  # masks are assembled at frame resolution, in the worker
                 raise ValueError(f"model-family {family} is decoded by the worker, not by the server")
-            self._built[key] = cast("FlatDecoder", built)
+            self._built[key] = built
         return self._built[key]
 
 
@@ -88,8 +83,9 @@ class Group:
             rows = out[first:last] if contiguous else torch.cat([out[a:b] for a, b in spans])
             self.outputs.append(rows.clone() if copy and contiguous else rows)
 
-    def decode(self, stream: torch.cuda.Stream | None, ready: torch.cuda.Event | None) -> dict[Any, Rows]:
-        """Each job's rows (on ``stream`` after ``ready``, on a GPU: one copy to the host for the whole group)."""
+    def decode(self, stream: torch.cuda.Stream | None) -> dict[Any, Rows]:
+        """Each job's rows (on a GPU on ``stream``, once the forward has ended: one copy to the host for the whole
+        group)."""
         import contextlib
 
         import torch
@@ -97,8 +93,6 @@ class Group:
         from inferstream.detections import to_host
 
         with torch.inference_mode(), torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if stream is not None and ready is not None:
-                stream.wait_event(ready)
             image_ids, rows = self.decoder.flat(self.outputs, self.params)
             host, host_ids = to_host(rows, image_ids)
         assert host_ids is not None

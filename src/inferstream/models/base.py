@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeGuard
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -92,6 +92,12 @@ class MaskedDecoder(FlatDecoder, Protocol):
     def flat_masked(self, outputs: list[Tensor], params: DecodeParams) -> tuple[Tensor, Detections, Tensor]: ...
 
     def split_outputs(self, outputs: list[Tensor]) -> tuple[Tensor, Tensor]: ...
+
+
+def rows_only(decoder: object) -> TypeGuard[FlatDecoder]:
+    """Whether ``decoder`` is a flat one whose rows are all there is: the built-in decoders without masks (a
+    ``MaskedDecoder``'s rows still need their masks assembled at frame resolution, a user's decoder has no ``flat``)."""
+    return hasattr(decoder, "flat") and not hasattr(decoder, "flat_masked")
 
 
 RESIZES = ("letterbox", "stretch")
