@@ -23,7 +23,8 @@ from msg_servers import BINARIES, SERVERS
 
 from inferstream.messaging.brokers import create_client, parse_conn_str
 from inferstream.messaging.events import FrameEvent, ObjectEvent
-from inferstream.messaging.publisher import Publisher, PublisherConfig
+from inferstream.messaging.publisher import Publisher
+from inferstream.messaging.publisher_records import PublisherConfig
 from inferstream.messaging.schema import MsgConverter
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from inferstream.batching import BatchGroup, Member, release_group
+from inferstream.batching import BatchGroup, Member
+from inferstream.batching.groups import release_group
 from inferstream.detections import Detections
 from inferstream.inference import InferConfig, ModelStep
 from inferstream.rawframe import RawFrame

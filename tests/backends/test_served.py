@@ -340,11 +340,11 @@ def test_no_room_for_the_shared_tensors_is_that_workers_error_not_a_crash(monkey
     from multiprocessing import Pipe
 
     from inferstream import model_server
-    from inferstream.model_server import shared
+    from inferstream.model_server import forwards, shared
 
     server = model_server.ModelServer(load_backend("blobs:color_blob_detector"))
     here, there = Pipe()
-    client = model_server._Client(there)
+    client = forwards.Client(there)
     monkeypatch.setattr(shared, "free_bytes", lambda _folder: 1000)
     server._handle(client, ("register", 2, 64, 64))
     kind, why = here.recv()

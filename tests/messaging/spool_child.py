@@ -6,7 +6,8 @@ import sys
 import time
 
 from inferstream.messaging.brokers import create_client, parse_conn_str
-from inferstream.messaging.publisher import Publisher, PublisherConfig
+from inferstream.messaging.publisher import Publisher
+from inferstream.messaging.publisher_records import PublisherConfig
 
 
 def main() -> None:

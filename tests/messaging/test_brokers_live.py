@@ -27,7 +27,8 @@ from inferstream.messaging.brokers import (
     create_client,
     parse_conn_str,
 )
-from inferstream.messaging.publisher import Publisher, PublisherConfig, PublisherEvent
+from inferstream.messaging.publisher import Publisher
+from inferstream.messaging.publisher_records import PublisherConfig, PublisherEvent
 
 PROTOCOLS = ["mqtt", "redis", "amqp"]
 

@@ -20,7 +20,8 @@ from msg_servers import BrokerServer, TansuProxy
 from msg_subscribers import PacedProducer, kafka_read_all
 
 from inferstream.messaging.brokers import BrokerError, create_client, parse_conn_str
-from inferstream.messaging.publisher import Publisher, PublisherConfig, PublisherEvent
+from inferstream.messaging.publisher import Publisher
+from inferstream.messaging.publisher_records import PublisherConfig, PublisherEvent
 
 BATCH = 64
 

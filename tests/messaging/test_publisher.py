@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from inferstream.messaging.brokers import BrokerError, BrokerUnavailableError
-from inferstream.messaging.publisher import Publisher, PublisherConfig, PublisherEvent
+from inferstream.messaging.publisher import Publisher
+from inferstream.messaging.publisher_records import PublisherConfig, PublisherEvent
 from inferstream.messaging.spool import SpoolLockedError
 
 

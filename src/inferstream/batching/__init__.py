@@ -28,7 +28,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from inferstream.batching.slots import BatchStats, BatchTracker, FrameJob, Pending
-from inferstream.errors import ConfigError
 from inferstream.shared_worker import priority
 
 if TYPE_CHECKING:
@@ -109,6 +108,15 @@ class BatchGroup:
             self._live = min(self._live, self._members)
             self._wake_oldest()
             return self._members
+
+    def close(self) -> None:
+        """Once the last member has gone: wait for the batches under way, then close the model (and the one a swap
+        kept to fall back on)."""
+        with self._run_lock:
+            self._drain()
+        self.model.close()
+        if self._fallback is not None:
+            self._fallback[0].close()
 
     # inference --------------------------------------------------------------------------------------------
     def infer(self, job: FrameJob, params: DecodeParams, member: Member | None = None) -> None:
@@ -397,42 +405,3 @@ class BatchGroup:
             self._fallback = (old, on_rollback)
             self.cfg = model.cfg
             return old
-
-
-_GROUPS: dict[str, BatchGroup] = {}
-_GROUPS_LOCK = threading.Lock()
-
-
-def acquire_group(name: str, cfg: InferConfig, batch_size: int, max_latency_s: float) -> Member:
-    """Join the group called ``name`` (created with a freshly loaded ModelStep when new).
-
-    Raises:
-        ConfigError: when the group exists with another model configuration.
-    """
-    from inferstream.inference import load_model_step
-
-    with _GROUPS_LOCK:
-        group = _GROUPS.get(name)
-        if group is None:
-            model = load_model_step(cfg)
-            model.warmup(batch_size)
-            group = _GROUPS[name] = BatchGroup(name, cfg, model, batch_size, max_latency_s)
-        elif not group.cfg.same_model(cfg):
-            raise ConfigError(f"batch-group {name!r} already runs model {group.cfg.model!r} "
-                              f"({group.cfg.family}); this instance asks for {cfg.model!r} ({cfg.family})")
-        return group.join()
-
-
-def release_group(member: Member) -> None:
-    """Leave the group (its tracker no longer tracks in its batches); the last member closes it."""
-    if member.tracker is not None:
-        member.tracker.leave()
-    group = member.group
-    with _GROUPS_LOCK:
-        if group.release() == 0:
-            _GROUPS.pop(group.name, None)
-            with group._run_lock:
-                group._drain()
-            group.model.close()
-            if group._fallback is not None:
-                group._fallback[0].close()

@@ -207,7 +207,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
 
     # lifecycle ----------------------------------------------------------------------------------------------
     def do_start(self) -> bool:
-        from inferstream.batching import acquire_group
+        from inferstream.batching.groups import acquire_group
         from inferstream.meta.writers import AnalyticsWriter
         from inferstream.runner.settings import infer_config, secondary_settings
         from inferstream.runner.stream import StreamRunner
@@ -235,7 +235,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         except (OSError, AttributeError) as exc:  # no GstAnalytics >= 1.26 (DeepStream 8/9 ship GStreamer 1.24)
             writer = None  # NvDs metadata needs none of it: NVMM input still works
             if not pyservicemaker_available():
-                from inferstream.batching import release_group
+                from inferstream.batching.groups import release_group
 
                 release_group(member)
                 post_error(self, exc, "GstAnalytics (GStreamer >= 1.26) is needed to write the detections")
@@ -255,7 +255,7 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
         return True
 
     def do_stop(self) -> bool:
-        from inferstream.batching import release_group
+        from inferstream.batching.groups import release_group
 
         self._swap.detach()  # cancels a swap still loading
         runner, self._runner = self._runner, None

@@ -37,7 +37,8 @@ from inferstream.native.gstlog import gst_debug
 
 if TYPE_CHECKING:
     from inferstream.messaging.brokers.base import Endpoint
-    from inferstream.messaging.publisher import FlushReport, Publisher, PublisherConfig, PublisherEvent
+    from inferstream.messaging.publisher import Publisher
+    from inferstream.messaging.publisher_records import FlushReport, PublisherConfig, PublisherEvent
 
 FLUSHED_MESSAGE = "inferstream/msgbroker-flushed"
 DROP_POLICIES = ("drop-oldest", "drop-newest")
@@ -130,7 +131,7 @@ class PyMsgBroker(GstBase.BaseSink):  # type: ignore[misc]
 
     # lifecycle ----------------------------------------------------------------------------------------------
     def _config(self) -> PublisherConfig:
-        from inferstream.messaging.publisher import PublisherConfig
+        from inferstream.messaging.publisher_records import PublisherConfig
 
         for name, choices in (("proto", tuple(BROKERS)), ("drop-policy", DROP_POLICIES)):
             if self.get_property(name) not in choices:

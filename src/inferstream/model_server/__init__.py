@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener, wait
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from inferstream.model_server.decoding import Decoders, Group, groups_of
+from inferstream.model_server.decoding import Decoders, groups_of
+from inferstream.model_server.forwards import Client, Forward, answer
 from inferstream.model_server.shared import SharedTensors
+from inferstream.model_server.warmup import Warmer
 from inferstream.model_thread import ModelThread
 from inferstream.models.base import DecodeParams
 from inferstream.native.process import discard_output
@@ -51,48 +50,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     import torch
-    from torch import Tensor
 
     from inferstream.backends.base import Backend
-    from inferstream.backends.served import Rows
-    from inferstream.models.base import FlatDecoder
-
-
-@dataclass(eq=False)
-class _Client:
-    conn: Connection
-    owner: tuple[int, int] = (0, 0)  # (pid, backend): a backend's lanes are one client of the server's counts
-    shape: tuple[int, int, int] = (0, 0, 0)  # capacity, height, width once registered
-    input: Tensor | None = None
-    outputs: list[Tensor] = field(default_factory=list)
-    files: list[Path] = field(default_factory=list)
-    asked: int = 0  # frames of the request not answered yet (waiting, or in a forward), 0: none
-    asked_at: int = 0  # the request's number: the oldest run first
-    in_forward: bool = False  # its request is in a forward under way
-    decoder: FlatDecoder | None = None  # registered to have its rows decoded here (``decoding``)
-    params: DecodeParams | None = None  # the request's thresholds: decode its rows (None: send the raw outputs)
-
-
-@dataclass(eq=False)
-class _Forward:
-    """One forward under way: its requests, and the tensors it reads and writes, held until it has ended (a worker
-    that goes meanwhile must not free memory the device still uses)."""
-
-    jobs: list[_Client]
-    inputs: list[Tensor]  # each job's rows of its input
-    outputs: list[list[Tensor]]  # each job's output tensors
-    launched: float  # perf_counter
-    timers: tuple[Any, Any] | None = None  # CUDA events around it on the server's stream
-    groups: list[Group] = field(default_factory=list)  # the requests whose rows are decoded here
-    answers: dict[_Client, Rows | str] = field(default_factory=dict)  # their rows, or why decoding failed
-    ended: float = 0.0
-    on_device: bool = True  # False once the forward itself has ended (its rows may still be decoding)
-    error: str | None = None
-    settled: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def frames(self) -> int:
-        return sum(rows.shape[0] for rows in self.inputs)
 
 
 class ModelServer:
@@ -115,18 +74,17 @@ class ModelServer:
         # decodes a forward's rows while the model's thread goes on to the next forward (on the CPU it runs it)
         self._decoding = ModelThread("model-server-decode")
         self._decoding.one_torch_thread()
-        self._running: list[_Forward] = []  # launched and not answered yet, oldest first (at most DEPTH on the device)
-        self._ended: deque[_Forward] = deque()  # ended, to answer: the model's thread hands them to the main one
+        self._running: list[Forward] = []  # launched and not answered yet, oldest first (at most DEPTH on the device)
+        self._ended: deque[Forward] = deque()  # ended, to answer: the model's thread hands them to the main one
         self._last_end = 0.0  # when the last forward ended: busy time counts a forward queued behind it from there
-        self._clients: list[_Client] = []
+        self._clients: list[Client] = []
         self._accepted: list[Connection] = []
         self._accept_lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = False
         self._drain_until = 0.0  # once the parent died: when to end even with workers left
         self._requests = itertools.count()
-        self._warm: dict[tuple[int, int], set[int]] = {}  # (height, width): the batch sizes warmed up for
-        self._granule = 0  # the registered batch sizes' greatest common divisor: forwards are sums of its multiples
+        self._warmer = Warmer(backend, max_batch, every_sum)
         self._shared = SharedTensors(backend.device)
         self.forwards = self.frames = 0
         self.queued = 0  # forwards launched while another was under way: the GPU did not wait for this process
@@ -198,7 +156,7 @@ class ModelServer:
         if self._wake_r in ready:
             os.read(self._wake_r, 4096)
             with self._accept_lock:
-                self._clients += [_Client(conn) for conn in self._accepted]
+                self._clients += [Client(conn) for conn in self._accepted]
                 self._accepted.clear()
         for client in [c for c in self._clients if c.conn in ready]:
             try:
@@ -218,7 +176,7 @@ class ModelServer:
             self._read(wait([c.conn for c in idle], timeout=left))
 
     # messages ----------------------------------------------------------------------------------------------
-    def _handle(self, client: _Client, message: tuple[Any, ...]) -> None:
+    def _handle(self, client: Client, message: tuple[Any, ...]) -> None:
         kind, *args = message
         try:
             if kind == "hello":
@@ -240,14 +198,15 @@ class ModelServer:
         except Exception as exc:  # noqa: BLE001 (a bad size, a model that fails on it, no memory: that worker's error)
             self._send(client, ("error", f"{type(exc).__name__}: {exc}"))
 
-    def _register(self, client: _Client, capacity: int, height: int, width: int,
+    def _register(self, client: Client, capacity: int, height: int, width: int,
                   family: str | None = None) -> tuple[Any, list[Any]]:
         """Allocate (and share) ``client``'s tensors; the first worker of a size warms the model up for it. With a
         ``family`` its requests may ask for their rows decoded here (``decoding``)."""
         import torch
 
         self._release(client)
-        self._on_model(lambda: self._warm_up(capacity, height, width))
+        if note := self._on_model(lambda: self._warmer.warm_up(capacity, height, width)):
+            say({"note": note})
         probed = self._on_model(lambda: self._probe(height, width))
         if any(not shape or shape[0] != 1 for shape, _ in probed):
             raise ValueError(f"outputs {[s for s, _ in probed]} do not all have the batch first: this model "
@@ -274,36 +233,11 @@ class ModelServer:
         launched from this thread; its forwards are settled first)."""
         return fn() if self._stream is not None else self._thread.run(fn)
 
-    def _warm_up(self, capacity: int, height: int, width: int) -> None:
-        """Warm the model up for the forwards that requests of ``capacity`` frames make. On a GPU: up to
-        ``max_batch`` (or ``capacity`` when larger), which captures the graphs of the powers of two below it and of
-        itself; with ``every_sum``, every sum of whole requests too (``request_sums``), so that no forward needs a
-        larger graph padded or several; it is said, with the time it took (captures delay every worker's start).
-        On the CPU one batch of ``capacity`` readies the lazy parts: there is no graph to capture, and a dummy
-        forward of ``max_batch`` frames would only hold every worker's start for its duration."""
-        from inferstream.backends.cuda_graphs import request_sums
-
-        top = max(capacity, self.max_batch) if self._stream is not None else capacity
-        self._granule = math.gcd(self._granule, capacity)
-        warm = self._warm.setdefault((height, width), set())
-        if self.every_sum and self._stream is not None:
-            sizes = [n for n in request_sums(self._granule, top) if n not in warm]
-        else:
-            sizes = [] if any(n >= top for n in warm) else [top]
-        started = time.monotonic()
-        for n in sizes:
-            self.backend.warmup(n, (height, width))
-            warm.add(n)
-        if sizes and self._stream is not None:
-            status = getattr(self.backend, "graph_status", "no CUDA graphs")
-            say({"note": f"warmed up for batches of {', '.join(map(str, sizes))} at {height}x{width} in "
-                         f"{time.monotonic() - started:.1f} s ({status})"})
-
     # forwards of the waiting requests --------------------------------------------------------------------------
-    def _waiting(self) -> list[_Client]:
+    def _waiting(self) -> list[Client]:
         """The next forward's requests: the oldest first, of the oldest request's input size, up to ``max_batch``
         frames (one request larger than that runs alone)."""
-        jobs: list[_Client] = []
+        jobs: list[Client] = []
         for client in sorted((c for c in self._clients if c.asked and not c.in_forward), key=lambda c: c.asked_at):
             same = not jobs or client.shape[1:] == jobs[0].shape[1:]
             if same and (not jobs or sum(j.asked for j in jobs) + client.asked <= self.max_batch):
@@ -323,13 +257,13 @@ class ModelServer:
                     return
             self._launch(jobs)
 
-    def _launch(self, jobs: list[_Client]) -> None:
+    def _launch(self, jobs: list[Client]) -> None:
         """Start one forward of ``jobs``: on a GPU its kernels on the server's stream, the model's thread waiting
         for its end; on the CPU the whole forward on the model's thread. Its end is answered by ``_answer_ended``."""
         import torch
 
         inputs = [job.input[:job.asked] for job in jobs if job.input is not None]
-        forward = _Forward(jobs, inputs, [job.outputs for job in jobs], time.perf_counter(), groups=groups_of(jobs))
+        forward = Forward(jobs, inputs, [job.outputs for job in jobs], time.perf_counter(), groups=groups_of(jobs))
         for job in jobs:
             job.in_forward = True
         self.queued += any(f.on_device for f in self._running)
@@ -348,7 +282,7 @@ class ModelServer:
             return
         future.add_done_callback(lambda done: self._ended_forward(forward, done.exception()))
 
-    def _forward(self, forward: _Forward) -> None:
+    def _forward(self, forward: Forward) -> None:
         """Run the model on the requests' rows; copy each worker's rows of the outputs into its tensors, or keep
         them for decoding here (``_decode``)."""
         import torch
@@ -370,7 +304,7 @@ class ModelServer:
             if forward.timers is not None:
                 forward.timers[1].record()
 
-    def _ended_forward(self, forward: _Forward, exc: BaseException | None) -> None:
+    def _ended_forward(self, forward: Forward, exc: BaseException | None) -> None:
         """``forward`` has ended (on the model's thread): its rows to decode go to the decoding thread, in order,
         and it is answered once they are decoded; the model's thread goes on with the next forward."""
         forward.ended, forward.on_device = time.perf_counter(), False
@@ -381,7 +315,7 @@ class ModelServer:
         decoded = self._decoding.submit(lambda: self._decode(forward))
         decoded.add_done_callback(lambda done: self._end(forward, done.exception()))
 
-    def _decode(self, forward: _Forward) -> None:
+    def _decode(self, forward: Forward) -> None:
         """Decode ``forward``'s groups (on the decoding thread, once the model's thread saw the forward end; on a GPU
         on the decoding stream); a group that fails answers its workers why."""
         for group in forward.groups:
@@ -391,7 +325,7 @@ class ModelServer:
                 forward.answers.update(dict.fromkeys((job for job, _, _ in group.jobs),
                                                      f"decoding failed: {type(exc).__name__}: {exc}"))
 
-    def _end(self, forward: _Forward, exc: BaseException | None) -> None:
+    def _end(self, forward: Forward, exc: BaseException | None) -> None:
         """``forward`` is done (on the model's or the decoding thread): hand it to the main thread, which answers its
         workers."""
         forward.ended = forward.ended or time.perf_counter()  # a forward that failed to launch
@@ -417,7 +351,7 @@ class ModelServer:
             for job in forward.jobs:
                 job.asked, job.in_forward = 0, False
                 if job in self._clients:
-                    self._send(job, _answer(forward, job))
+                    self._send(job, answer(forward, job))
 
     def _settle(self) -> None:
         """Wait for the forwards under way to end, and answer them."""
@@ -426,33 +360,23 @@ class ModelServer:
         self._answer_ended()
 
     # clients -----------------------------------------------------------------------------------------------
-    def _send(self, client: _Client, message: tuple[Any, ...]) -> None:
+    def _send(self, client: Client, message: tuple[Any, ...]) -> None:
         try:
             client.conn.send(message)
         except OSError:
             self._drop(client)
 
-    def _drop(self, client: _Client) -> None:
+    def _drop(self, client: Client) -> None:
         if client in self._clients:
             self._clients.remove(client)
         self._release(client)
         client.conn.close()
 
-    def _release(self, client: _Client) -> None:
+    def _release(self, client: Client) -> None:
         client.input, client.outputs, client.asked = None, [], 0
         for path in client.files:
             path.unlink(missing_ok=True)
         client.files.clear()
-
-
-def _answer(forward: _Forward, job: _Client) -> tuple[Any, ...]:
-    """What ``job`` hears of ``forward``: its rows, ``done`` (its outputs are in its tensors), or why it failed."""
-    if forward.error is not None:
-        return ("error", forward.error)
-    rows = forward.answers.get(job)
-    if isinstance(rows, str):
-        return ("error", rows)
-    return ("done",) if rows is None else ("done", rows)
 
 
 def say(message: dict[str, Any]) -> None:

@@ -43,7 +43,7 @@ class StreamRunner:
     """One stream of a batch group (``member``) with its decode parameters, writer and frame counter.
 
     Args:
-        member: the stream's place in its batch group (``batching.acquire_group``).
+        member: the stream's place in its batch group (``batching.groups.acquire_group``).
         params: the stream's thresholds.
         writer: the GstAnalytics writer; None where GstAnalytics is missing (NVMM input only).
         unique_id: the producer id (NvDs ``unique_component_id``).

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar, cast
@@ -29,6 +28,7 @@ from inferstream.tracking.base import TrackColumns, TrackResult
 from inferstream.tracking.geometry import iou_pairs, slack_iou_pairs
 from inferstream.tracking.kalman import POS, RATE, VAR, ConstantVelocityKalman, KalmanNoise
 from inferstream.tracking.matching import StreamPairs, match_pairs
+from inferstream.tracking.stream_tracks import StreamTracks
 from inferstream.tracking.table import TrackTable
 
 FloatArray = npt.NDArray[np.float64]
@@ -79,7 +79,7 @@ def update(cfg: Settings, streams: list[StreamState], dets: list[Detections],
     """One frame per stream: ``dets[s]`` at ``pts_ns[s]``, times already checked, every ``dets`` on one device and
     all oriented or none. Returns the streams' new states and their results."""
     kf = _kalman(cfg.noise)
-    b = _Tracks.gather(streams, pts_ns)
+    b = StreamTracks.gather(streams, pts_ns)
     b.table = b.table.with_states(kf.predict_states(b.table.states, _time_steps(streams, pts_ns, b.stream)))
     ended = b.expire(cfg.max_lost_ns, len(streams))
     d_counts = np.array([len(d) for d in dets], dtype=np.int64)
@@ -120,7 +120,7 @@ def predict_only(cfg: Settings, streams: list[StreamState],
                  pts_ns: list[int]) -> tuple[list[StreamState], list[TrackResult]]:
     """Frames the detector skipped, one per stream (times already checked, streams on one device and all oriented
     or none): the tracks carried forward by their motion model; the filter states stay as of the last update."""
-    b = _Tracks.gather(streams, pts_ns)
+    b = StreamTracks.gather(streams, pts_ns)
     ended = b.expire(cfg.max_lost_ns, len(streams))
     boxes = _kalman(cfg.noise).predict_boxes(b.table.states, _time_steps(streams, pts_ns, b.stream))
     device, oriented = streams[0].device, streams[0].oriented
@@ -177,88 +177,6 @@ def _neutralise_malformed(z: FloatArray, boxes: FloatArray, scores: FloatArray,
         angles[bad] = 0.0
     boxes[bad], z[:, bad], scores[bad] = 0.0, 0.0, -np.inf
     return bad
-
-
-class _Tracks:
-    """The streams' tracks side by side, grouped by stream: the table, each track's stream and frame time."""
-
-    __slots__ = ("pts", "stream", "table")
-
-    def __init__(self, table: TrackTable, stream: IntArray, pts: IntArray) -> None:
-        self.table, self.stream, self.pts = table, stream, pts
-
-    @classmethod
-    def gather(cls, streams: list[StreamState], pts_ns: list[int]) -> _Tracks:
-        if len(streams) == 1:
-            table = streams[0].tracks
-            return cls(table, np.zeros(len(table), dtype=np.int64), np.full(len(table), pts_ns[0]))
-        tables = [s.tracks for s in streams]
-        stream = np.arange(len(streams)).repeat([len(t) for t in tables])
-        return cls(TrackTable.join(tables), stream, np.array(pts_ns).take(stream))
-
-    def keep(self, keep: BoolArray | IntArray) -> None:
-        self.table, self.stream, self.pts = self.table.select(keep), self.stream[keep], self.pts[keep]
-
-    def expire(self, max_lost_ns: int, n_streams: int) -> list[tuple[int, ...]]:
-        """Drop tracks unseen for longer than ``max_lost_ns``; return each stream's confirmed ids that ended."""
-        t = self.table
-        stale = t.last_seen_ns < self.pts - max_lost_ns
-        if not np.count_nonzero(stale):
-            return [()] * n_streams
-        ended: list[list[int]] = [[] for _ in range(n_streams)]
-        gone = stale & (t.ids >= 0)
-        for s, track_id in zip(self.stream[gone].tolist(), t.ids[gone].tolist()):
-            ended[s].append(track_id)
-        self.keep(~stale)
-        return [tuple(sorted(ids)) for ids in ended]
-
-    def spawn(self, kf: ConstantVelocityKalman, z: FloatArray, boxes: FloatArray, scores: FloatArray,
-              labels: IntArray, angles: FloatArray | None, new: IntArray, d_stream: IntArray, pts_ns: IntArray,
-              track_of_det: IntArray, det_of_track: IntArray) -> IntArray:
-        """Append tentative tracks for detections ``new`` after their streams' tracks; update ``track_of_det`` in
-        place and return the new ``det_of_track``."""
-        k, n_old = len(new), len(self.table)
-        stream = d_stream.take(new)
-        now = pts_ns.take(stream)
-        spawned = TrackTable(kf.initiate_states(z[:, new]), np.full(k, -1, dtype=np.int64),
-                             np.ones(k, dtype=np.int64), now, now.copy(), np.zeros(k, dtype=bool),
-                             labels[new].astype(np.int64), scores[new], np.zeros(k) if angles is None else angles[new],
-                             (boxes[new, 2:] - boxes[new, :2]).T)
-        self.table = TrackTable.join([self.table, spawned])
-        self.stream, self.pts = np.concatenate([self.stream, stream]), np.concatenate([self.pts, now])
-        track_of_det[new] = n_old + np.arange(k)
-        det_of_track = np.concatenate([det_of_track, new])
-        if n_old and self.stream[n_old - 1] > stream[0]:  # regroup by stream, each stream's new tracks last
-            order = self.stream.argsort(kind="stable")
-            self.keep(order)
-            position = np.empty_like(order)
-            position[order] = np.arange(len(order))
-            has = track_of_det >= 0
-            track_of_det[has] = position[track_of_det[has]]
-            det_of_track = det_of_track[order]
-        return det_of_track
-
-    def confirm(self, min_hits: int, next_ids: list[int]) -> list[int]:
-        """Give ids to the tentative tracks with ``min_hits``, from each stream's ``next_ids``; return those
-        advanced. A tentative track that misses a frame is dropped, so each is confirmed exactly ``min_hits - 1``
-        updates after it spawned: ids follow each stream's (spawn) order, and its confirmed tracks stay sorted by id.
-        """
-        t = self.table
-        ready = ((t.ids < 0) & (t.hits >= min_hits)).nonzero()[0]
-        if len(ready):
-            ids = t.ids.copy()
-            next_ids = list(next_ids)
-            for i, s in zip(ready.tolist(), self.stream[ready].tolist()):
-                ids[i], next_ids[s] = next_ids[s], next_ids[s] + 1
-            t.ids = ids
-        return next_ids
-
-    def split(self, n_streams: int) -> list[TrackTable]:
-        """Each stream's tracks (views)."""
-        if n_streams == 1:
-            return [self.table]
-        starts = np.searchsorted(self.stream, np.arange(n_streams + 1)).tolist()
-        return [self.table.select(slice(a, b)) for a, b in itertools.pairwise(starts)]
 
 
 def _correct(kf: ConstantVelocityKalman, t: TrackTable, det_of_track: IntArray, z: FloatArray, boxes: FloatArray,
@@ -397,7 +315,7 @@ def _allowed(cfg: Settings, kf: ConstantVelocityKalman, t: TrackTable, z: FloatA
     return allowed
 
 
-def _results(cfg: Settings, b: _Tracks, boxes: FloatArray, det_of_track: IntArray, d_stream: IntArray,
+def _results(cfg: Settings, b: StreamTracks, boxes: FloatArray, det_of_track: IntArray, d_stream: IntArray,
              outs: list[Detections], ended: list[tuple[int, ...]], device: torch.device,
              oriented: bool) -> list[TrackResult]:
     """Each stream's ``TrackResult``; ``det_of_track`` is -1 for tracks whose box comes from ``boxes``,
@@ -413,7 +331,7 @@ def _results(cfg: Settings, b: _Tracks, boxes: FloatArray, det_of_track: IntArra
         starts = np.searchsorted(b.stream, np.arange(n_streams + 1))  # each stream's first track
         pred_before = np.concatenate([[0], predicted.cumsum()]).take(starts)
         rows -= np.where(predicted, pred_before.take(b.stream), np.searchsorted(d_stream, b.stream))
-    # the table's order is id order for confirmed tracks (see _Tracks.confirm)
+    # the table's order is id order for confirmed tracks (see StreamTracks.confirm)
     columns = TrackColumns(t.ids[sel], t.first_seen_ns[sel], t.last_seen_ns[sel], t.lost[sel], predicted[sel],
                            rows[sel])
     boxes_out = _predicted(t, boxes, pred, device, oriented)
