@@ -333,17 +333,17 @@ class ModelStep:
         detections in frame pixels, with their masks when the decoder gave mask coefficients."""
         import torch
 
+        from inferstream.detections import Detections
         from inferstream.ops.letterbox import clip_xyxy, unletterbox_keypoints, unletterbox_xyxy
 
         # on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
         counts = torch.bincount(image_ids, minlength=len(frames)).tolist()
         # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
-        boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb.scale_x[image_ids, None], lb.scale_y[image_ids, None],
-                                 lb.pad_x[image_ids, None], lb.pad_y[image_ids, None])
+        boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb, image_ids)
         if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
-            sizes = torch.tensor([[f.height, f.width] for f in frames], dtype=torch.float32)[image_ids]
-            boxes = clip_xyxy(boxes, sizes[:, :1], sizes[:, 1:])
-        merged = replace(merged, boxes_xyxy=boxes)
+            boxes = clip_xyxy(boxes, torch.tensor([(f.width, f.height) for f in frames], dtype=torch.float32)[image_ids])
+        merged = Detections.trusted(boxes, merged.scores, merged.labels, merged.angles_rad, merged.track_ids,
+                                    merged.masks, merged.keypoints)  # the checked rows, mapped
         if merged.keypoints is not None:
             merged = replace(merged, keypoints=unletterbox_keypoints(merged.keypoints, lb, image_ids, frames))
         if coeffs is not None and protos is not None:

@@ -133,6 +133,48 @@ def test_a_tracking_failure_in_the_batch_is_pytrackers_error(monkeypatch: pytest
     assert "trk0" in result.errors[0]
 
 
+def test_a_pytracker_tracked_in_the_batch_passes_its_buffers_through() -> None:
+    """Its frames are tracked before they reach it: the base class pushes them without calling into Python
+    (passthrough), and every frame still carries its track."""
+    desc = ("appsrc name=src0 ! videoconvert ! video/x-raw,format=RGB ! pyinfer model=blobs:color_blob_detector "
+            "model-family=yolo-end2end labels=red,green,blue input-size=320 in-flight=2 ! pytracker name=trk0 "
+            "min-hits=1 ! fakesink sync=false")
+    tracker: list[Gst.Element] = []
+
+    def start(pipeline: Gst.Pipeline) -> None:
+        tracker.append(pipeline.get_by_name("trk0"))
+        feed(pipeline.get_by_name("src0"), 0, 12, *SIZE)
+
+    result = run_pipeline(desc, {"trk0": lambda buf: (tracker[0].is_passthrough(), _tracked(buf)[1])},
+                          timeout_s=60, before_play=start)
+    assert result.eos and not result.errors, result.errors
+    assert len(result.seen["trk0"]) == 12
+    assert all(passthrough and len(ids) == 1 and ids[0] >= 1 for passthrough, ids in result.seen["trk0"])
+
+
+def test_a_tracking_failure_mid_stream_with_two_frames_in_flight_is_reported_on_the_failed_frame(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytracker passes the frames before it through, leaves passthrough for the failed one and reports it."""
+    from inferstream.tracking.bytetrack import ByteTrack
+
+    update, calls = ByteTrack.update, [0]
+
+    def third_fails(self: ByteTrack, *args: object) -> object:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("tracker state corrupted")
+        return update(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ByteTrack, "update", third_fails)
+    desc = ("appsrc name=src0 ! videoconvert ! video/x-raw,format=RGB ! pyinfer model=blobs:color_blob_detector "
+            "model-family=yolo-end2end labels=red,green,blue input-size=320 in-flight=2 ! pytracker name=trk0 "
+            "! fakesink sync=false")
+    result = run_pipeline(desc, {"trk0": frame_index}, timeout_s=60,
+                          before_play=lambda p: feed(p.get_by_name("src0"), 0, 8, *SIZE))
+    assert result.errors and "tracking failed" in result.errors[0] and "tracker state corrupted" in result.errors[0]
+    assert result.seen["trk0"] == [0, 1], "the frames before the failed one pass, the failed one does not"
+
+
 @pytest.fixture
 def batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many trackers each batched update took."""

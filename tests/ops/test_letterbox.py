@@ -6,12 +6,12 @@ import torch
 from _reference import DEVICES, bgr_frame, bus_bgr, ultralytics, ultralytics_input
 
 from inferstream.ops.letterbox import (
+    Letterbox,
     clip_xyxy,
     letterbox_geometry,
     preprocess_batch,
     rect_geometry,
     rect_input_size,
-    unletterbox_cxcywh,
     unletterbox_xyxy,
 )
 from inferstream.rawframe import RawFrame
@@ -101,38 +101,32 @@ def test_unletterbox_xyxy_and_clip_match_ultralytics_scale_boxes() -> None:
     g = torch.Generator().manual_seed(0)
     boxes = torch.rand(64, 4, generator=g) * 680 - 20
     boxes = torch.cat((boxes[:, :2], boxes[:, :2] + torch.rand(64, 2, generator=g) * 200), 1)
-    for frame_hw in [(1080, 810), (301, 523), (767, 575), (1, 3000)]:
-        new_h, new_w, top, left = letterbox_geometry(frame_hw, (640, 640))
-        sx, sy = new_w / frame_hw[1], new_h / frame_hw[0]
-        ours = clip_xyxy(unletterbox_xyxy(boxes, sx, sy, left, top), *frame_hw)
-        torch.testing.assert_close(ours, scale_boxes((640, 640), boxes.clone(), frame_hw))
+    sizes = [(1080, 810), (301, 523), (767, 575), (1, 3000)]
+    geometry = [letterbox_geometry(frame_hw, (640, 640)) for frame_hw in sizes]
+    lb = Letterbox(*(torch.tensor(v, dtype=torch.float32) for v in zip(*[
+        (new_w / w, new_h / h, left, top) for (h, w), (new_h, new_w, top, left) in zip(sizes, geometry)])))
+    # every box once per frame: one batch whose rows belong to four frames
+    image_ids = torch.arange(len(sizes)).repeat_interleave(len(boxes))
+    frame_wh = torch.tensor([(w, h) for h, w in sizes], dtype=torch.float32)[image_ids]
+    ours = clip_xyxy(unletterbox_xyxy(boxes.repeat(len(sizes), 1), lb, image_ids), frame_wh)
+    theirs = torch.cat([scale_boxes((640, 640), boxes.clone(), frame_hw) for frame_hw in sizes])
+    torch.testing.assert_close(ours, theirs)
 
 
-def test_unletterbox_cxcywh_matches_ultralytics_scale_boxes_xywh() -> None:
-    ultralytics()
-    from ultralytics.utils.ops import scale_boxes
-
-    boxes = torch.rand(32, 4, generator=torch.Generator().manual_seed(1)) * 300 + 10
-    new_h, new_w, top, left = letterbox_geometry((301, 523), (640, 640))
-    ours = unletterbox_cxcywh(boxes, new_w / 523, new_h / 301, left, top)
-    torch.testing.assert_close(ours, scale_boxes((640, 640), boxes.clone(), (301, 523), xywh=True))
-
-
-def test_unletterbox_xyxy_takes_one_transform_per_box() -> None:
+def test_unletterbox_xyxy_takes_each_boxs_image() -> None:
     frames = [RawFrame("RGB", w, h, (torch.zeros(h, w, 3, dtype=torch.uint8),)) for h, w in [(100, 200), (300, 100)]]
     _, lb = preprocess_batch(frames, (64, 64), "cpu", torch.float32)
-    rows = torch.tensor([0, 1, 1])
     boxes = torch.tensor([[0.0, 16.0, 64.0, 48.0], [21.0, 0.0, 42.0, 64.0], [31.5, 32.0, 31.5, 32.0]])
-    out = unletterbox_xyxy(boxes, lb.scale_x[rows, None], lb.scale_y[rows, None], lb.pad_x[rows, None],
-                           lb.pad_y[rows, None])  # fmt: skip
+    out = unletterbox_xyxy(boxes, lb, torch.tensor([0, 1, 1]))
     torch.testing.assert_close(out, torch.tensor([[0.0, 0.0, 200.0, 100.0], [0.0, 0.0, 100.0, 300.0],
                                                   [50.0, 150.0, 50.0, 150.0]]))  # fmt: skip
 
 
 def test_clip_xyxy_clamps_to_each_boxs_frame() -> None:
     boxes = torch.tensor([[-5.0, -5.0, 500.0, 500.0], [10.0, 20.0, 30.0, 40.0]])
-    out = clip_xyxy(boxes, torch.tensor([[100.0], [25.0]]), torch.tensor([[200.0], [25.0]]))
+    out = clip_xyxy(boxes, torch.tensor([[200.0, 100.0], [25.0, 25.0]]))
     assert out.tolist() == [[0.0, 0.0, 200.0, 100.0], [10.0, 20.0, 25.0, 25.0]]
+    assert clip_xyxy(boxes, torch.tensor([20.0, 30.0])).tolist() == [[0.0, 0.0, 20.0, 30.0], [10.0, 20.0, 20.0, 30.0]]
 
 
 def test_preprocess_batch_rejects_no_frames() -> None:
@@ -157,21 +151,28 @@ def test_letterbox_geometry_rejects_a_bad_frame_size() -> None:
         letterbox_geometry((0, 5), (640, 640))
 
 
-@pytest.mark.parametrize("fn", [unletterbox_xyxy, unletterbox_cxcywh])
-def test_unletterbox_rejects_boxes_that_are_not_n_by_4(fn) -> None:  # type: ignore[no-untyped-def]
+def test_unletterbox_rejects_boxes_that_are_not_n_by_4() -> None:
+    lb = Letterbox(*(torch.ones(1) for _ in range(4)))
     with pytest.raises(ValueError, match=r"boxes: expected a float Tensor\[N, 4\], got torch.float32 \(3, 5\)"):
-        fn(torch.zeros(3, 5), 1.0, 1.0, 0.0, 0.0)
+        unletterbox_xyxy(torch.zeros(3, 5), lb, torch.zeros(3, dtype=torch.int64))
 
 
-@pytest.mark.parametrize("fn", [unletterbox_xyxy, unletterbox_cxcywh])
-def test_unletterbox_rejects_a_flat_per_box_tensor(fn) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(ValueError, match=r"pad_x: expected a number or a Tensor\[3, 1\], got \(3,\)"):
-        fn(torch.zeros(3, 4), 1.0, 1.0, torch.zeros(3), 0.0)
+def test_unletterbox_rejects_image_ids_that_are_not_one_per_box() -> None:
+    lb = Letterbox(*(torch.ones(1) for _ in range(4)))
+    with pytest.raises(ValueError, match=r"image_ids: expected an int64 Tensor\[3\], got torch.int64 \(3, 1\)"):
+        unletterbox_xyxy(torch.zeros(3, 4), lb, torch.zeros((3, 1), dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"image_ids: expected an int64 Tensor\[3\], got torch.int32 \(3,\)"):
+        unletterbox_xyxy(torch.zeros(3, 4), lb, torch.zeros(3, dtype=torch.int32))
+
+
+def test_clip_xyxy_rejects_a_frame_size_per_box_of_the_wrong_shape() -> None:
+    with pytest.raises(ValueError, match=r"frame_wh: expected a Tensor\[2, 2\] or Tensor\[2\], got \(2, 1\)"):
+        clip_xyxy(torch.zeros(2, 4), torch.ones(2, 1))
 
 
 def test_clip_xyxy_rejects_integer_boxes() -> None:
     with pytest.raises(ValueError, match=r"boxes: expected a float Tensor\[N, 4\], got torch.int64 \(2, 4\)"):
-        clip_xyxy(torch.zeros(2, 4, dtype=torch.int64), 10, 10)
+        clip_xyxy(torch.zeros(2, 4, dtype=torch.int64), torch.tensor([10.0, 10.0]))
 
 
 def test_stretch_float_normalised_batch_matches_torchvision_as_rfdetr_does_it() -> None:

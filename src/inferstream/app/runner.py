@@ -123,7 +123,10 @@ class Runner:
         """Add the stream's bin to the pipeline with its probes (frame counter, hooks, EOS at each sink)."""
         sp, bin_ = stream.plan, stream.bin
         self.pipeline.add(bin_)
-        self._probe(bin_, sp.infer, Gst.PadProbeType.BUFFER, "src", self._on_frame(stream))
+        infer = bin_.get_by_name(sp.infer)
+        if infer is None:
+            raise RunError(f"internal: no {sp.infer} in {bin_.get_name()}")
+        infer.frames_out = self._on_frame(stream)  # pyinfer's own call: no pad probe per frame
         if self.frame_hooks:
             self._probe(bin_, sp.last, Gst.PadProbeType.BUFFER, "src", self._on_hook(stream))
         for sink in sp.sinks:
@@ -138,14 +141,13 @@ class Runner:
             raise RunError(f"internal: no {element}.{pad} in {bin_.get_name()}")
         found.get_static_pad(pad).add_probe(kind, fn)
 
-    def _on_frame(self, stream: _Stream) -> _Probe:
+    @staticmethod
+    def _on_frame(stream: _Stream) -> Callable[[int], None]:
         counters = stream.counters
 
-        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
-            pts = info.get_buffer().pts
+        def counted(pts: int) -> None:
             counters.on_frame(None if pts == Gst.CLOCK_TIME_NONE else pts)
-            return Gst.PadProbeReturn.OK
-        return probe
+        return counted
 
     def _on_hook(self, stream: _Stream) -> _Probe:
         def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:

@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 class InFlight:
     """Up to ``depth`` frames of one stream in the batch group at once, pushed in order through ``pad``."""
 
-    __slots__ = ("_frames", "_kept", "depth", "pad")
+    __slots__ = ("_frames", "_kept", "depth", "leaving", "pad")
 
-    def __init__(self, pad: Gst.Pad, depth: int) -> None:
-        self.pad, self.depth = pad, depth
+    def __init__(self, pad: Gst.Pad, depth: int, leaving: Callable[[Gst.Buffer], None]) -> None:
+        """``leaving(buf)`` is called just before ``buf`` is pushed."""
+        self.pad, self.depth, self.leaving = pad, depth, leaving
         self._frames: deque[tuple[Gst.Buffer, Pending | Callable[[], None]]] = deque()
         self._kept: tuple[Gst.Buffer, Callable[[], Pending]] | None = None  # the last buffer, not handed over yet
 
@@ -90,6 +91,7 @@ class InFlight:
                 work()
             else:
                 runner.wait(work)
+            self.leaving(buf)
             flow = self.pad.push(buf)
             if flow != Gst.FlowReturn.OK:
                 return flow

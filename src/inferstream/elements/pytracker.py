@@ -21,6 +21,7 @@ from gi.repository import GObject, Gst, GstBase
 from inferstream.elements import _props as props
 from inferstream.elements._caps import any_video_caps, video_templates
 from inferstream.elements._errors import post_error, post_warning
+from inferstream.native.gst import skip_transform_ip_in_passthrough
 
 if TYPE_CHECKING:
     from inferstream.runner.tracking import TrackStage
@@ -98,7 +99,8 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         # properties read once: they are READY-only, and a GObject property read per frame is not free
         self._stage = TrackStage(tracker, operate_on=None if self.operate_on_unique_id < 0 else
                                  self.operate_on_unique_id, output_lost=self.output_lost_tracks,
-                                 unique_id=self.unique_id, worker=worker, warn=self._warn_once)
+                                 unique_id=self.unique_id, worker=worker, warn=self._warn_once,
+                                 bypass=self._bypass)
         if self.track_in_batch:  # the pyinfer linked to our sink pad tracks for us in its batches (runner.tracking)
             offer(self.sinkpad, self._stage)
         return True
@@ -107,6 +109,7 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         from inferstream.runner.tracking import withdraw
 
         withdraw(self.sinkpad)
+        self.set_passthrough(False)
         if self._stage is not None and self._stage.worker is not None:
             self._stage.worker.release()
             self._stage.worker = None
@@ -116,6 +119,12 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
         if event.type == Gst.EventType.FLUSH_STOP and self._stage is not None:
             self._stage.restart()  # the stream's time starts again (a seek): not time going back
         return GstBase.BaseTransform.do_sink_event(self, event)
+
+    def _bypass(self, on: bool) -> None:
+        """Passthrough while a pyinfer's batches track this element's frames: the base class then pushes each
+        buffer without calling ``do_transform_ip`` (``transform_ip_on_passthrough`` is cleared below), one PyGObject
+        call per buffer fewer. Off again to report a failure of that tracking, or once it stops."""
+        self.set_passthrough(on and _SKIPS_IN_PASSTHROUGH)
 
     def _warn_once(self, kind: str, exc: Exception, text: str) -> None:
         """A bus warning the first time this kind of bad input shows up: it may recur on every frame."""
@@ -141,3 +150,4 @@ class PyTracker(GstBase.BaseTransform):  # type: ignore[misc]
 
 
 GObject.type_register(PyTracker)
+_SKIPS_IN_PASSTHROUGH = skip_transform_ip_in_passthrough(PyTracker.__gtype_name__)

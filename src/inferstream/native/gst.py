@@ -76,3 +76,32 @@ def gst_version() -> tuple[int, int]:
     parts = [ctypes.c_uint() for _ in range(4)]
     lib.gst_version(*map(ctypes.byref, parts))
     return parts[0].value, parts[1].value
+
+
+class _TypeQuery(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_size_t), ("type_name", ctypes.c_char_p), ("class_size", ctypes.c_uint),
+                ("instance_size", ctypes.c_uint)]
+
+
+def skip_transform_ip_in_passthrough(type_name: str) -> bool:
+    """Clear ``transform_ip_on_passthrough`` in the class of the registered ``GstBase.BaseTransform`` subclass
+    ``type_name``: in passthrough the base class then pushes each buffer without calling ``transform_ip``, where a
+    Python element otherwise pays a PyGObject call per buffer. PyGObject has no setter for class fields. The field
+    follows ``GstElementClass`` and ``passthrough_on_same_caps`` in ``GstBaseTransformClass``; it is only written
+    while it holds its default (TRUE). Returns whether it was cleared.
+    """
+    gobject = pydll("libgobject-2.0.so.0")
+    bind(gobject, [("g_type_from_name", ctypes.c_size_t, (ctypes.c_char_p,)),
+                   ("g_type_class_ref", ctypes.c_void_p, (ctypes.c_size_t,)),
+                   ("g_type_query", None, (ctypes.c_size_t, ctypes.POINTER(_TypeQuery)))])
+    query = _TypeQuery()
+    gobject.g_type_query(gobject.g_type_from_name(b"GstElement"), ctypes.byref(query))
+    element_type = gobject.g_type_from_name(type_name.encode())
+    klass = gobject.g_type_class_ref(element_type) if element_type else None  # a type's class is never freed
+    if not query.class_size or not klass:
+        return False
+    flag = ctypes.c_int.from_address(klass + query.class_size + ctypes.sizeof(ctypes.c_int))
+    if flag.value != 1:
+        return False
+    flag.value = 0
+    return True

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from inferstream.rawframe import RawFrame
 
 PAD_VALUE = 114
-Param: TypeAlias = "Tensor | float"  # a number, or one value per box as Tensor[N, 1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,24 +239,28 @@ def _channel_constants(mean: tuple[float, ...], std: tuple[float, ...], dtype: t
             torch.tensor(std, dtype=dtype, device=device).view(1, 3, 1, 1))
 
 
-def unletterbox_xyxy(boxes: Tensor, scale_x: Param, scale_y: Param, pad_x: Param, pad_y: Param) -> Tensor:
-    """Map boxes from letterboxed model-input pixels back to frame pixels.
+def unletterbox_xyxy(boxes: Tensor, lb: Letterbox, image_ids: Tensor) -> Tensor:
+    """Map a batch's boxes from letterboxed model-input pixels back to their frames' pixels.
 
     Args:
         boxes (Tensor[N, 4]): ``(x1, y1, x2, y2)`` in model-input pixels, float.
-        scale_x, scale_y: per-axis gains, a number or a ``Tensor[N, 1]`` (e.g. ``lb.scale_x[rows, None]``).
-        pad_x, pad_y: left/top padding in model-input pixels, a number or a ``Tensor[N, 1]``.
+        lb: the batch's letterbox parameters, one per image.
+        image_ids (Tensor[N]): int64, each box's image in the batch.
 
     Returns:
         Tensor[N, 4]: ``(x1, y1, x2, y2)`` in frame pixels, not clipped.
 
     Raises:
-        ValueError: boxes that are not a float ``Tensor[N, 4]``, or a parameter tensor not shaped ``[N, 1]``.
+        ValueError: boxes that are not a float ``Tensor[N, 4]``, or ``image_ids`` not an int64 ``Tensor[N]``.
     """
-    _check_boxes(boxes, scale_x=scale_x, scale_y=scale_y, pad_x=pad_x, pad_y=pad_y)
-    x = (boxes[:, 0::2] - pad_x) / scale_x
-    y = (boxes[:, 1::2] - pad_y) / scale_y
-    return torch.stack((x[:, 0], y[:, 0], x[:, 1], y[:, 1]), dim=-1)
+    _check_boxes(boxes)
+    if image_ids.dtype != torch.int64 or tuple(image_ids.shape) != (boxes.shape[0],):
+        raise ValueError(f"image_ids: expected an int64 Tensor[{boxes.shape[0]}], got {image_ids.dtype} "
+                         f"{tuple(image_ids.shape)}")
+    # each image's pads and gains as (x1, y1, x2, y2) columns, picked per box in one gather
+    maps = torch.stack((lb.pad_x, lb.pad_y, lb.pad_x, lb.pad_y, lb.scale_x, lb.scale_y, lb.scale_x, lb.scale_y),
+                       dim=1)[image_ids]
+    return (boxes - maps[:, :4]) / maps[:, 4:]
 
 
 def unletterbox_keypoints(kpts: Tensor, lb: Letterbox, image_ids: Tensor, frames: Sequence[RawFrame]) -> Tensor:
@@ -274,49 +277,25 @@ def unletterbox_keypoints(kpts: Tensor, lb: Letterbox, image_ids: Tensor, frames
     return torch.cat((torch.minimum(xy, sizes), kpts[..., 2:]), dim=2)
 
 
-def unletterbox_cxcywh(boxes: Tensor, scale_x: Param, scale_y: Param, pad_x: Param, pad_y: Param) -> Tensor:
-    """Map centre/size boxes (oriented boxes before rotation) back to frame pixels, as ``scale_boxes(xywh=True)``.
-
-    Args:
-        boxes (Tensor[N, 4]): ``(cx, cy, w, h)`` in model-input pixels, float.
-        scale_x, scale_y: per-axis gains, a number or a ``Tensor[N, 1]``.
-        pad_x, pad_y: left/top padding in model-input pixels, a number or a ``Tensor[N, 1]``.
-
-    Returns:
-        Tensor[N, 4]: ``(cx, cy, w, h)`` in frame pixels.
-
-    Raises:
-        ValueError: boxes that are not a float ``Tensor[N, 4]``, or a parameter tensor not shaped ``[N, 1]``.
-    """
-    _check_boxes(boxes, scale_x=scale_x, scale_y=scale_y, pad_x=pad_x, pad_y=pad_y)
-    cx = (boxes[:, 0:1] - pad_x) / scale_x
-    cy = (boxes[:, 1:2] - pad_y) / scale_y
-    return torch.cat((cx, cy, boxes[:, 2:3] / scale_x, boxes[:, 3:4] / scale_y), dim=1)
-
-
-def clip_xyxy(boxes: Tensor, height: Param, width: Param) -> Tensor:
-    """Clamp boxes to a frame: x to ``[0, width]``, y to ``[0, height]`` (as ultralytics' ``clip_boxes``).
+def clip_xyxy(boxes: Tensor, frame_wh: Tensor) -> Tensor:
+    """Clamp boxes to their frames: x to ``[0, width]``, y to ``[0, height]`` (as ultralytics' ``clip_boxes``).
 
     Args:
         boxes (Tensor[N, 4]): ``(x1, y1, x2, y2)``, pixels, float.
-        height, width: frame size, a number or a ``Tensor[N, 1]`` (one size per box).
+        frame_wh: ``(width, height)`` of each box's frame, ``Tensor[N, 2]``, or of all of them, ``Tensor[2]``.
 
     Returns:
         Tensor[N, 4]: a clipped copy.
 
     Raises:
-        ValueError: boxes that are not a float ``Tensor[N, 4]``, or a size tensor not shaped ``[N, 1]``.
+        ValueError: boxes that are not a float ``Tensor[N, 4]``, or ``frame_wh`` shaped otherwise.
     """
-    _check_boxes(boxes, height=height, width=width)
-    x = _clamp(boxes[:, 0::2], width)
-    y = _clamp(boxes[:, 1::2], height)
-    return torch.stack((x[:, 0], y[:, 0], x[:, 1], y[:, 1]), dim=-1)
-
-
-def _clamp(v: Tensor, hi: Param) -> Tensor:
-    if isinstance(hi, torch.Tensor):
-        return torch.minimum(v.clamp(min=0), hi.to(v.dtype))
-    return v.clamp(min=0, max=hi)
+    _check_boxes(boxes)
+    if tuple(frame_wh.shape) not in ((boxes.shape[0], 2), (2,)):
+        raise ValueError(f"frame_wh: expected a Tensor[{boxes.shape[0]}, 2] or Tensor[2], got "
+                         f"{tuple(frame_wh.shape)}")
+    frame_wh = frame_wh.to(boxes.dtype)
+    return torch.minimum(boxes.clamp(min=0), torch.cat((frame_wh, frame_wh), dim=-1))
 
 
 def _resize(rgb: Tensor, new_h: int, new_w: int) -> Tensor:
@@ -378,9 +357,6 @@ def _check_size(size: tuple[int, int], name: str) -> None:
         raise ValueError(f"{name}: expected (height, width) as two positive ints, got {size!r}")
 
 
-def _check_boxes(boxes: Tensor, **params: Param) -> None:
+def _check_boxes(boxes: Tensor) -> None:
     if boxes.ndim != 2 or boxes.shape[1] != 4 or not boxes.is_floating_point():
         raise ValueError(f"boxes: expected a float Tensor[N, 4], got {boxes.dtype} {tuple(boxes.shape)}")
-    for name, p in params.items():  # a [N] tensor would silently broadcast to [N, N]
-        if isinstance(p, torch.Tensor) and p.numel() != 1 and tuple(p.shape) != (boxes.shape[0], 1):
-            raise ValueError(f"{name}: expected a number or a Tensor[{boxes.shape[0]}, 1], got {tuple(p.shape)}")

@@ -45,12 +45,17 @@ class _Frame(NamedTuple):
 class TrackStage:
     """One stream's tracker and what it writes: reads a buffer's detections (optionally only one producer's),
     updates the tracker, relates a TrackingMtd to each tracked ODMtd, writes predicted boxes (producer
-    ``unique_id``) on frames the detector skipped and, with ``output_lost``, for lost tracks."""
+    ``unique_id``) on frames the detector skipped and, with ``output_lost``, for lost tracks.
+
+    ``bypass(True)`` tells the element that a batch group tracks its frames (it then needs no call per buffer:
+    pytracker goes passthrough), ``bypass(False)`` that it must see its buffers again: unseated, or a failure of
+    the batch's tracking to report (``take_error``)."""
 
     def __init__(self, tracker: Tracker, *, operate_on: int | None, output_lost: bool, unique_id: int,
-                 worker: SerialWorker | None, warn: Warn) -> None:
+                 worker: SerialWorker | None, warn: Warn, bypass: Callable[[bool], None] | None = None) -> None:
         self.tracker, self.worker = tracker, worker
         self._operate_on, self._output_lost, self._unique_id, self._warn = operate_on, output_lost, unique_id, warn
+        self._bypass = bypass or (lambda _on: None)
         self._labels: dict[str, int] = {}
         self._last_pts = 0
         self._pending: Exception | None = None  # a failure while seated, reported by the element on its next buffer
@@ -74,6 +79,12 @@ class TrackStage:
         self.tracker.reset()
         self._last_pts = 0
         self._pending = None
+        self._bypass(self.seated)
+
+    def fail(self, exc: Exception) -> None:
+        """Keep a failure of tracking a seated frame for ``take_error``; the element sees its buffers again."""
+        self._pending = exc
+        self._bypass(False)
 
     # the two ways in --------------------------------------------------------------------------------------------
     def track(self, buf: Any) -> None:
@@ -88,7 +99,7 @@ class TrackStage:
         try:
             self.track(buf)
         except Exception as exc:
-            self._pending = exc
+            self.fail(exc)
 
     def take_error(self) -> Exception | None:
         """The failure of the last frame tracked while seated (once), or None."""
@@ -198,19 +209,19 @@ def track_batch(frames: list[tuple[TrackStage, Any]]) -> None:
     """Track one batch's frames (``(stage, buffer)``, one per seated stream), on the batch's thread, in one update
     of all their trackers (``tracking.update_streams``).
 
-    A failure stays its stage's (``take_error``): when the batched update raises it has changed no tracker (a
-    ByteTrack, the one algorithm registered), and the frames are tracked one by one. A batch of one takes that path
-    at once.
+    A failure stays its stage's until its element reports it (``take_error``): a later batch does not clear it, as
+    with ``in-flight`` it may track the stream's next frame before the failed one reached the element. When the
+    batched update raises it has changed no tracker (a ByteTrack, the one algorithm registered), and the frames are
+    tracked one by one. A batch of one takes that path at once.
     """
     from inferstream import tracking
 
     observed = []
     for stage, buf in frames:
-        stage._pending = None
         try:
             observed.append((stage, buf, stage.observe(buf)))
         except Exception as exc:
-            stage._pending = exc
+            stage.fail(exc)
     results = None
     if len(observed) > 1:
         try:
@@ -224,7 +235,7 @@ def track_batch(frames: list[tuple[TrackStage, Any]]) -> None:
             table = stage.finish(buf, frame, results[i] if results is not None else stage.step(frame))
             tables.append((stage, buf, table))
         except Exception as exc:
-            stage._pending = exc
+            stage.fail(exc)
     _write_tables(tables)
 
 
@@ -243,11 +254,11 @@ def _write_tables(tables: list[tuple[TrackStage, Any, npt.NDArray[np.int64]]]) -
                               np.concatenate([t for _, _, t in part], axis=1))
             return
         except TrackWriteError as exc:
-            part[exc.index][0]._pending = exc
+            part[exc.index][0].fail(exc)
             start += exc.index + 1
         except Exception as exc:  # not a buffer's refusal: every stage of the write reports it
             for stage, _, _ in part:
-                stage._pending = exc
+                stage.fail(exc)
             return
 
 
@@ -270,12 +281,15 @@ def seat(stage: TrackStage, member: Member) -> None:
     """Register ``stage`` with ``member`` (a stream of a batch group): the group's batches track its frames."""
     unseat(stage)
     member.tracker, stage._seat = stage, member
+    stage._bypass(True)
 
 
 def unseat(stage: TrackStage) -> None:
     member, stage._seat = stage._seat, None
     if member is not None and member.tracker is stage:
         member.tracker = None
+    if member is not None:
+        stage._bypass(False)
 
 
 def offered_at(pad: Any) -> TrackStage | None:
