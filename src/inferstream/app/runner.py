@@ -143,10 +143,10 @@ class Runner:
 
     @staticmethod
     def _on_frame(stream: _Stream) -> Callable[[int], None]:
-        counters = stream.counters
+        counters, unset = stream.counters, Gst.CLOCK_TIME_NONE  # looked up once: a gi lookup per frame is not free
 
         def counted(pts: int) -> None:
-            counters.on_frame(None if pts == Gst.CLOCK_TIME_NONE else pts)
+            counters.on_frame(None if pts == unset else pts)
         return counted
 
     def _on_hook(self, stream: _Stream) -> _Probe:

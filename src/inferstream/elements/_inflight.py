@@ -27,6 +27,7 @@ gi.require_version("Gst", "1.0")
 from gi.repository import Gst
 
 DROPPED = Gst.FlowReturn.CUSTOM_SUCCESS  # GST_BASE_TRANSFORM_FLOW_DROPPED: the base class pushes nothing
+OK = Gst.FlowReturn.OK  # looked up once: each lookup through gi's module costs a microsecond, several per frame
 
 if TYPE_CHECKING:
     from inferstream.batching.slots import Pending
@@ -57,7 +58,7 @@ class InFlight:
             # a frame kept with its work is tracked when it leaves: before this frame's batch may track this one
             if self._frames and callable(self._frames[-1][1]):
                 flow = self._push(runner, keep=0)
-                if flow != Gst.FlowReturn.OK:
+                if flow != OK:
                     return flow
             self._kept = (buf, runner.reserve(buf))
         return self._push(runner, keep=self.depth - 1)
@@ -93,9 +94,9 @@ class InFlight:
                 runner.wait(work)
             self.leaving(buf)
             flow = self.pad.push(buf)
-            if flow != Gst.FlowReturn.OK:
+            if flow != OK:
                 return flow
-        return Gst.FlowReturn.OK
+        return OK
 
 
 def _done(work: Pending | Callable[[], None]) -> bool:

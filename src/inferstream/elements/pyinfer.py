@@ -37,7 +37,7 @@ from inferstream.elements._caps import (
 )
 from inferstream.elements._config_file import ConfigFile
 from inferstream.elements._errors import post_error, post_warning
-from inferstream.elements._inflight import DROPPED, InFlight
+from inferstream.elements._inflight import DROPPED, OK, InFlight
 from inferstream.elements._stream import stream_info_event
 from inferstream.frames.nvmm import pyservicemaker_available
 from inferstream.inference import PREPROCESS_MODES
@@ -384,13 +384,13 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                 raise RuntimeError("not started")
             if self._window is not None:
                 flow = self._window.add(self._runner, buf)  # pushed by the window, in order
-                return DROPPED if flow == Gst.FlowReturn.OK else flow
+                return DROPPED if flow == OK else flow
             self._runner.process(buf)
             self._leaving(buf)
         except Exception as exc:  # the one broad catch: the C boundary (R8)
             post_error(self, exc, "inference failed")
             return Gst.FlowReturn.ERROR
-        return Gst.FlowReturn.OK
+        return OK
 
     def _leaving(self, buf: Gst.Buffer) -> None:
         if self.frames_out is not None:
