@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from inferstream.errors import ConfigError
 
 if TYPE_CHECKING:
-    from inferstream.app.runner import FrameHook, RunResult
+    from inferstream.app.runner import RunResult
+    from inferstream.app.stream_probes import FrameHook
 
 
 def run(config: Mapping[str, Any] | str | Path, *, console: str = "quiet", metrics_port: int | None = None,

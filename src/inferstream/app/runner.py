@@ -23,14 +23,12 @@ from gi.repository import GLib, Gst
 from inferstream.app.console import Console, QuietConsole
 from inferstream.app.delivery import read_delivery
 from inferstream.app.gstprops import ensure_gst
-from inferstream.app.metrics import MetricsServer, Snapshot, StreamCounters, snapshot
+from inferstream.app.metrics import MetricsServer, Snapshot, snapshot
 from inferstream.app.pipeline import Plan, StreamPlan
 from inferstream.app.signals import StopSignals
+from inferstream.app.stream_probes import FrameHook, RunStream, attach_probes
 from inferstream.errors import InferstreamError
 
-# (stream id, frame index within the stream, buffer leaving the last analytics element)
-FrameHook = Callable[[str, int, Gst.Buffer], None]
-_Probe = Callable[[Gst.Pad, Gst.PadProbeInfo], Gst.PadProbeReturn]
 TICK_NS: Final = 100 * Gst.MSECOND
 EXIT_OK, EXIT_STREAM_FAILED, EXIT_EVENTS_LOST, EXIT_INTERRUPTED = 0, 1, 3, 130  # signals: 128 + number
 
@@ -59,17 +57,6 @@ class RunResult:
         return {s.id: s.error for s in self.snapshot.streams if s.error}
 
 
-class _Stream:
-    def __init__(self, plan: StreamPlan, bin_: Gst.Bin) -> None:
-        self.plan, self.bin = plan, bin_
-        self.counters = StreamCounters(plan.id, plan.total_frames, plan.live)
-        self.hook_index = 0
-        self.qos_dropped: dict[str, int] = {}
-        self.warnings: set[str] = set()
-        self.removed = False
-        self.duration_queries = 0
-
-
 class Runner:
     def __init__(self, plan: Plan, console: Console | None = None, metrics_port: int | None = None,
                  eos_timeout_s: float = 10.0, frame_hooks: Sequence[FrameHook] = (),
@@ -84,7 +71,7 @@ class Runner:
         self.extra_metrics = extra_metrics
         self.metrics: MetricsServer | None = None
         self.pipeline = Gst.Pipeline.new("inferstream")
-        self.streams: dict[str, _Stream] = {}
+        self.streams: dict[str, RunStream] = {}
         self._signals = StopSignals()
         self._eos_deadline: float | None = None
         self._playing = False
@@ -107,7 +94,7 @@ class Runner:
                 except OSError as exc:
                     raise RunError(f"stream {sp.id}: cannot create the folder {folder} of sink path {sp.output}: "
                                    f"{exc.strerror or exc}; fix sink.path") from None
-            stream = self.streams[sp.id] = _Stream(sp, self._make_bin(sp))
+            stream = self.streams[sp.id] = RunStream(sp, self._make_bin(sp))
             self._attach(stream)
 
     @staticmethod
@@ -119,67 +106,13 @@ class Runner:
         bin_.set_name(f"stream-{sp.id}")
         return bin_
 
-    def _attach(self, stream: _Stream) -> None:
+    def _attach(self, stream: RunStream) -> None:
         """Add the stream's bin to the pipeline with its probes (frame counter, hooks, EOS at each sink)."""
-        sp, bin_ = stream.plan, stream.bin
-        self.pipeline.add(bin_)
-        infer = bin_.get_by_name(sp.infer)
-        if infer is None:
-            raise RunError(f"internal: no {sp.infer} in {bin_.get_name()}")
-        infer.frames_out = self._on_frame(stream)  # pyinfer's own call: no pad probe per frame
-        if self.frame_hooks:
-            self._probe(bin_, sp.last, Gst.PadProbeType.BUFFER, "src", self._on_hook(stream))
-        for sink in sp.sinks:
-            self._probe(bin_, sink, Gst.PadProbeType.EVENT_DOWNSTREAM, "sink", self._on_sink_event(stream, sink))
-        if sp.limit:
-            self._probe(bin_, f"{sp.id}_limit", Gst.PadProbeType.BUFFER, "src", self._on_limit(sp.limit))
-
-    @staticmethod
-    def _probe(bin_: Gst.Bin, element: str, kind: Gst.PadProbeType, pad: str, fn: _Probe) -> None:
-        found = bin_.get_by_name(element)
-        if found is None or found.get_static_pad(pad) is None:
-            raise RunError(f"internal: no {element}.{pad} in {bin_.get_name()}")
-        found.get_static_pad(pad).add_probe(kind, fn)
-
-    @staticmethod
-    def _on_frame(stream: _Stream) -> Callable[[int], None]:
-        counters, unset = stream.counters, Gst.CLOCK_TIME_NONE  # looked up once: a gi lookup per frame is not free
-
-        def counted(pts: int) -> None:
-            counters.on_frame(None if pts == unset else pts)
-        return counted
-
-    def _on_hook(self, stream: _Stream) -> _Probe:
-        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
-            index, stream.hook_index = stream.hook_index, stream.hook_index + 1
-            for hook in self.frame_hooks:
-                try:
-                    hook(stream.plan.id, index, info.get_buffer())
-                except Exception as exc:  # noqa: BLE001
-                    key = f"frame hook failed: {exc!r}"
-                    if key not in stream.warnings:
-                        stream.warnings.add(key)
-                        print(f"stream {stream.plan.id}: {key}", flush=True)
-            return Gst.PadProbeReturn.OK
-        return probe
-
-    @staticmethod
-    def _on_limit(limit: int) -> _Probe:
-        """Exactly ``limit`` frames pass: identity's eos-after ended the source, this drops what a decoder drains."""
-        passed = [0]
-
-        def probe(_pad: Gst.Pad, _info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
-            passed[0] += 1
-            return Gst.PadProbeReturn.OK if passed[0] <= limit else Gst.PadProbeReturn.DROP
-        return probe
-
-    @staticmethod
-    def _on_sink_event(stream: _Stream, sink: str) -> _Probe:
-        def probe(_pad: Gst.Pad, info: Gst.PadProbeInfo) -> Gst.PadProbeReturn:
-            if info.get_event().type == Gst.EventType.EOS:
-                stream.counters.eos_sinks.add(sink)
-            return Gst.PadProbeReturn.OK
-        return probe
+        self.pipeline.add(stream.bin)
+        try:
+            attach_probes(stream, self.frame_hooks)
+        except InferstreamError as exc:
+            raise RunError(str(exc)) from None
 
     # running ----------------------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -267,7 +200,7 @@ class Runner:
         """PLAYING reached, or frames already flow (a live pipeline whose encoder has not output yet)."""
         return self._playing or any(s.counters.frames for s in self.streams.values())
 
-    def _live_streams(self) -> list[_Stream]:
+    def _live_streams(self) -> list[RunStream]:
         return [s for s in self.streams.values() if not s.removed and not s.counters.finished]
 
     def _update_statuses(self) -> None:
@@ -301,7 +234,7 @@ class Runner:
         self._batch = merge_batches(stats) or self._batch
 
     @staticmethod
-    def _query_duration(stream: _Stream) -> None:
+    def _query_duration(stream: RunStream) -> None:
         entry = stream.bin.get_by_name(stream.plan.entry)
         ok, duration = entry.get_static_pad("sink").peer_query_duration(Gst.Format.TIME)
         if ok and duration > 0:
@@ -311,7 +244,7 @@ class Runner:
         return snapshot([s.counters for s in self.streams.values()], self._batch, self._started)
 
     # bus messages -----------------------------------------------------------------------------------------
-    def _owner(self, obj: Gst.Object | None) -> tuple[str, _Stream | None]:
+    def _owner(self, obj: Gst.Object | None) -> tuple[str, RunStream | None]:
         """Who posted: ("stream", its stream), ("pipeline", None) or ("gone", None) for a removed bin."""
         while obj is not None and obj is not self.pipeline:
             parent = obj.get_parent()
@@ -345,14 +278,14 @@ class Runner:
                 self._on_stream_error(stream, msg)
 
     @staticmethod
-    def _on_qos(stream: _Stream, msg: Gst.Message) -> None:
+    def _on_qos(stream: RunStream, msg: Gst.Message) -> None:
         stream.counters.late += 1
         _fmt, _processed, dropped = msg.parse_qos_stats()
         if dropped >= 0:
             stream.qos_dropped[msg.src.get_name()] = int(dropped)
             stream.counters.dropped = sum(stream.qos_dropped.values())
 
-    def _on_warning(self, stream: _Stream | None, msg: Gst.Message) -> None:
+    def _on_warning(self, stream: RunStream | None, msg: Gst.Message) -> None:
         err, _debug = msg.parse_warning()
         text = f"{err.message}"
         target = stream.warnings if stream else set()
@@ -361,7 +294,7 @@ class Runner:
             who = f"stream {stream.plan.id}" if stream else "pipeline"
             self.console.message(f"{who}: warning: {text}")
 
-    def _on_stream_error(self, stream: _Stream, msg: Gst.Message) -> None:
+    def _on_stream_error(self, stream: RunStream, msg: Gst.Message) -> None:
         err, debug = msg.parse_error()
         detail = _last_line(debug)
         same = detail.split(": ", 1)[-1] in err.message  # "SomeError: <the message again>"
@@ -382,7 +315,7 @@ class Runner:
         elif start_failed:
             self._restart = True
 
-    def _remove(self, stream: _Stream) -> None:
+    def _remove(self, stream: RunStream) -> None:
         stream.removed = True
         stream.bin.set_state(Gst.State.NULL)
         self.pipeline.remove(stream.bin)

@@ -29,9 +29,10 @@ from inferstream.app.layout import cpu_cores
 from inferstream.app.metrics import MetricsServer, Snapshot, StreamView
 from inferstream.app.mps import cuda_mps
 from inferstream.app.pipeline import Plan, build_plan
-from inferstream.app.runner import EXIT_EVENTS_LOST, EXIT_OK, EXIT_STREAM_FAILED, FrameHook, RunError, Runner, RunResult
+from inferstream.app.runner import EXIT_EVENTS_LOST, EXIT_OK, EXIT_STREAM_FAILED, RunError, Runner, RunResult
 from inferstream.app.serving import model_server
 from inferstream.app.signals import StopSignals
+from inferstream.app.stream_probes import FrameHook
 from inferstream.app.worker import decode_snapshot, encode_plan
 from inferstream.app.workerstats import health, merge_batches, worker_metrics
 
