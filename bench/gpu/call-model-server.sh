@@ -9,6 +9,8 @@
 # no CUDA test, TESTS=served only the served backend's (TEST_K=EXPR: only those of them), TESTS=tracking only the
 # compiled tracker's against numpy's (tests/tracking/test_bytetrack_native.py, its CUDA case included), TESTS=decode
 # the server's decoding against the worker's (tests/backends/test_served_decode.py) and the tracker's CUDA case.
+# KERNELS=S has every process of each run sample S seconds of its device time per kernel (app_workers.py --kernels;
+# the summary per role is in h.json, the run's frames/s is slowed by the profiler).
 set -o pipefail; T0=$SECONDS
 RUNS=${RUNS:-auto:on:yes,auto:on:no,8:on:yes:b8:m:f4:x64}
 bash bench/gpu/provision.sh > $OUT/provision.log 2>&1 || tail -5 $OUT/provision.log; . /opt/gst/env.sh; export PYTHONUNBUFFERED=1
@@ -30,5 +32,5 @@ elif [ "${TESTS:-1}" != 0 ]; then
 fi
 echo "tests $((SECONDS-T0)) s"
 [ "${APP_CHECK:-0}" = 1 ] && { timeout 200 python bench/gpu/app_correctness.py --out $OUT/check ${APP_CHECK_ARGS:-} > $OUT/app_check.log 2>&1; tail -2 $OUT/app_check.log | cut -c1-1500; echo "app check $((SECONDS-T0)) s"; }
-timeout $((585-SECONDS+T0)) python bench/gpu/app_workers.py --out /tmp/h --frames 300 --run-timeout ${RUN_TIMEOUT:-120} --profile ${PROFILE:-4} --runs $RUNS ${AB_OLD:+--ab-old $AB_OLD} > $OUT/h.log 2>&1
+timeout $((585-SECONDS+T0)) python bench/gpu/app_workers.py --out /tmp/h --frames 300 --run-timeout ${RUN_TIMEOUT:-120} --profile ${PROFILE:-4} ${KERNELS:+--kernels $KERNELS} --runs $RUNS ${AB_OLD:+--ab-old $AB_OLD} > $OUT/h.log 2>&1
 grep "^|" /tmp/h/app_workers.md; cp /tmp/h/app_workers.json $OUT/h.json; cp /tmp/h/app_workers.md $OUT/h.md; tail -3 $OUT/h.log; for f in /tmp/h/*server*.log; do [ -f $f ] && { echo "== $f"; grep -v "^\s*$" $f | tail -6; }; done | cut -c1-300 > $OUT/runlogs.txt; echo "done $((SECONDS-T0)) s"

@@ -6,7 +6,9 @@ from typing import Any
 
 def compare_detections(gpu: dict[int, Any], cpu: dict[int, Any]) -> dict[str, Any]:
     """Per frame (by pts): same count, and every detection matched (same label, box edges within 1 px after
-    rounding to whole pixels, score within 1e-3), greedily by score; also counted within 4 px and 1e-2."""
+    rounding to whole pixels, score within 1e-3), greedily by score; also counted within 4 px and 1e-2. The
+    first detections left unmatched at 1 px / 1e-3 are listed with their nearest CPU detection (``unmatched``): the
+    per-frame files do not come back from the device machine, this does."""
     strict = _match(gpu, cpu, box_px=1.0, score=1e-3)
     loose = _match(gpu, cpu, box_px=4.0, score=1e-2)
     strict["matched_within_4px_1e-2"] = loose["matched"]
@@ -21,6 +23,7 @@ def _match(gpu: dict[int, Any], cpu: dict[int, Any], box_px: float, score: float
     frames = sorted(set(gpu) & set(cpu))
     matched = total = count_mismatch = 0
     max_box = max_score = 0.0
+    unmatched: list[dict[str, Any]] = []
     for pts in frames:
         g, c = gpu[pts], cpu[pts]
         ng, nc = (len(g) if g is not None else 0), (len(c) if c is not None else 0)
@@ -39,11 +42,23 @@ def _match(gpu: dict[int, Any], cpu: dict[int, Any], box_px: float, score: float
                 matched += 1
                 max_box = max(max_box, float(d[j]))
                 max_score = max(max_score, abs(float(g.scores[i] - c.scores[j])))
+            elif len(unmatched) < UNMATCHED_LISTED:
+                unmatched.append({"frame": pts, "gpu": _row(g, i), "cpu_nearest": None if d[j] == float("inf")
+                                  else _row(c, j)})
     return {"frames_compared": len(frames), "frames_gpu": len(gpu), "frames_cpu": len(cpu),
             "detections": total, "matched": matched, "frames_with_count_mismatch": count_mismatch,
             "max_box_diff_px": round(max_box, 3), "max_score_diff": round(max_score, 6),
             "dets_per_frame": round(total / max(len(frames), 1), 1),
-            "ok": bool(frames) and len(frames) == len(gpu) == len(cpu) and matched >= 0.99 * total and total > 0}
+            "ok": bool(frames) and len(frames) == len(gpu) == len(cpu) and matched >= 0.99 * total and total > 0,
+            "unmatched": unmatched}
+
+
+UNMATCHED_LISTED = 8
+
+
+def _row(dets: Any, i: int) -> list[float]:
+    """A detection as [label, x1, y1, x2, y2, score]."""
+    return [int(dets.labels[i]), *(round(float(v), 2) for v in dets.boxes_xyxy[i]), round(float(dets.scores[i]), 5)]
 
 
 def _tracker_text(tracker: bool | str) -> str:
