@@ -15,7 +15,8 @@ from gi.repository import Gst, GstVideo
 from gst_helpers import inject, run_pipeline
 
 from inferstream.detections import Detections
-from inferstream.meta.gstanalytics import TrackRecord, label_quarks, write_detections, write_tracks
+from inferstream.meta.gstanalytics import label_quarks, write_detections
+from inferstream.meta.tracks import TrackRecord, write_tracks
 from inferstream.ops.draw import id_color
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"

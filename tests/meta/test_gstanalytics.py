@@ -10,14 +10,8 @@ gi.require_version("GstAnalytics", "1.0")
 from gi.repository import GLib, Gst, GstAnalytics
 
 from inferstream.detections import Detections
-from inferstream.meta.gstanalytics import (
-    TrackRecord,
-    label_quarks,
-    producer_quark,
-    read_detections,
-    write_detections,
-    write_tracks,
-)
+from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections
+from inferstream.meta.tracks import TrackRecord, write_tracks
 
 Gst.init(None)
 
@@ -26,11 +20,12 @@ Gst.init(None)
 def writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs with the compiled per-frame loops and with the Python ones they replace where no C compiler
     exists."""
-    from inferstream.meta import gstanalytics
+    from inferstream.meta import gstanalytics, tracks
     from inferstream.native import analytics as native_analytics
 
     if request.param == "python loops":
         monkeypatch.setattr(gstanalytics, "loops", lambda: None)
+        monkeypatch.setattr(tracks, "loops", lambda: None)
     elif native_analytics.loops() is None:
         pytest.skip("no C compiler here")
     return str(request.param)
@@ -141,7 +136,7 @@ def _dump(buf: Gst.Buffer) -> list[tuple[object, ...]]:
 @pytest.mark.parametrize("oriented", [False, True])
 def test_compiled_and_python_loops_write_the_same_metadata(oriented: bool, writer: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from inferstream.meta import gstanalytics
+    from inferstream.meta import gstanalytics, tracks
 
     g = torch.Generator().manual_seed(3)
     xy, wh = torch.rand(25, 2, generator=g) * 1800, torch.rand(25, 2, generator=g) * 90 + 1
@@ -158,5 +153,6 @@ def test_compiled_and_python_loops_write_the_same_metadata(oriented: bool, write
 
     first = _dump(write())
     monkeypatch.setattr(gstanalytics, "loops", lambda: None)
+    monkeypatch.setattr(tracks, "loops", lambda: None)
     assert first == _dump(write()) and len(first) == 25 + 1 + 25
     assert sum(1 for m in first if m[1] == "track" and m[-2]) == 9  # lost flags: rows 0, 3, ..., 24

@@ -14,6 +14,7 @@ from gi.repository import Gst
 from inferstream.detections import Detections
 from inferstream.meta import gstanalytics as ga
 from inferstream.meta import handoff
+from inferstream.meta.tracks import TrackRecord, write_tracks
 from inferstream.native.analytics import analytics
 from inferstream.native.gst import buffer_address
 
@@ -83,7 +84,7 @@ def test_a_read_after_a_write_equals_a_full_read(taken: list[bool], n: int, orie
 def test_metadata_added_in_between_is_read_in_full(taken: list[bool]) -> None:
     buf = _buffer()
     ids = ga.write_detections(buf, _dets(4, False), QUARKS, ga.producer_quark(1))
-    ga.write_tracks(buf, [ga.TrackRecord(ids[2], 42, 0, 1000, False)])
+    write_tracks(buf, [TrackRecord(ids[2], 42, 0, 1000, False)])
     meta = ga.read_detections(buf)
     assert taken == [False] and meta is not None and meta.dets.track_ids is not None
     assert meta.dets.track_ids.tolist() == [-1, -1, 42, -1]

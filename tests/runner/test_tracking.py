@@ -107,23 +107,23 @@ def test_a_buffer_that_refuses_its_tracks_fails_its_stage_and_the_batch_writes_t
     """The batch's TrackingMtds go out in one call; the one buffer whose relation meta cannot be had (as for a
     buffer that is not writable) is its stage's failure, and the buffers before and after it get their tracks."""
     from inferstream.errors import MetaWriteError
-    from inferstream.meta import gstanalytics
+    from inferstream.meta import tracks
     from inferstream.native.gst import buffer_address
 
     stages = [_stage(1000 * k + 1)[0] for k in range(4)]
     for i in range(2):  # min_hits=1: every box has an id from the first frame on
         bufs = [_buffer(i, 9.0 * k) for k in range(4)]
         refusing = buffer_address(bufs[2]) if i == 1 else None
-        relation_meta = gstanalytics._relation_meta
+        relation_meta = tracks._relation_meta
 
         def flaky(buf: Gst.Buffer, _refusing: int | None = refusing, _real=relation_meta) -> int:  # type: ignore[no-untyped-def]
             if buffer_address(buf) == _refusing:
                 raise MetaWriteError("cannot add GstAnalyticsRelationMeta (buffer not writable?)")
             return _real(buf)
 
-        monkeypatch.setattr(gstanalytics, "_relation_meta", flaky)
+        monkeypatch.setattr(tracks, "_relation_meta", flaky)
         track_batch(list(zip(stages, bufs)))
-        monkeypatch.setattr(gstanalytics, "_relation_meta", relation_meta)
+        monkeypatch.setattr(tracks, "_relation_meta", relation_meta)
     errors = [s.take_error() for s in stages]
     assert isinstance(errors[2], MetaWriteError) and "not writable" in str(errors[2])
     assert errors[0] is None and errors[1] is None and errors[3] is None

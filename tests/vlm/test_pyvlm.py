@@ -89,7 +89,8 @@ def _two_objects(buf: Any, index: int) -> None:
     import torch
 
     from inferstream.detections import Detections
-    from inferstream.meta.gstanalytics import TrackRecord, label_quarks, producer_quark, write_detections, write_tracks
+    from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections
+    from inferstream.meta.tracks import TrackRecord, write_tracks
 
     dets = Detections(boxes_xyxy=torch.tensor([[10.0, 20.0, 74.0, 100.0], [90.0, 30.0, 150.0, 70.0]]),
                       scores=torch.tensor([0.9, 0.8]), labels=torch.tensor([0, 1]))

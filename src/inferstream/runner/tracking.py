@@ -127,7 +127,7 @@ class TrackStage:
 
     def report(self, buf: Any, frame: _Frame, result: TrackResult) -> None:
         """Write the frame's tracks onto ``buf``."""
-        from inferstream.meta.gstanalytics import write_track_table
+        from inferstream.meta.tracks import write_track_table
 
         table = self.finish(buf, frame, result)
         write_track_table([buf], [table.shape[1]], table)
@@ -177,7 +177,8 @@ class TrackStage:
         if len(result.predicted) == 0:
             return
 
-        from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections, write_track_table
+        from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections
+        from inferstream.meta.tracks import write_track_table
 
         names = sorted(self._labels, key=self._labels.__getitem__)
         ids = write_detections(buf, result.predicted, label_quarks(names) or label_quarks(["object"]),
@@ -244,7 +245,7 @@ def _write_tables(tables: list[tuple[TrackStage, Any, npt.NDArray[np.int64]]]) -
     after it are written in a call again."""
     import numpy as np
 
-    from inferstream.meta.gstanalytics import TrackWriteError, write_track_table
+    from inferstream.meta.tracks import TrackWriteError, write_track_table
 
     start = 0
     while start < len(tables):
