@@ -19,14 +19,8 @@ from gi.repository import Gst
 from pyinfer_cpu import publish
 
 from inferstream.detections import Detections
-from inferstream.meta.gstanalytics import (
-    TrackRecord,
-    label_quarks,
-    producer_quark,
-    read_detections,
-    write_detections,
-    write_tracks,
-)
+from inferstream.meta.gstanalytics import label_quarks, producer_quark, read_detections, write_detections
+from inferstream.meta.tracks import TrackRecord, write_tracks
 from inferstream.ops.draw import draw_detections, id_color
 from inferstream.rawframe import RawFrame
 from inferstream.tracking import make_tracker

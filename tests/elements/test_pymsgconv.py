@@ -20,14 +20,9 @@ from gst_helpers import inject, run_pipeline
 from inferstream.detections import Detections
 from inferstream.elements.pymsgconv import NTP_TO_UNIX_NS
 from inferstream.messaging.schema import UNTRACKED_OBJECT_ID, validate
-from inferstream.meta.gstanalytics import (
-    TrackRecord,
-    label_quarks,
-    producer_quark,
-    write_detections,
-    write_tracks,
-)
+from inferstream.meta.gstanalytics import label_quarks, producer_quark, write_detections
 from inferstream.meta.payload import PAYLOAD_META, PayloadMeta, read_payloads
+from inferstream.meta.tracks import TrackRecord, write_tracks
 
 SRC = "videotestsrc num-buffers={n} ! video/x-raw,format=RGB,width=320,height=240,framerate=30/1"
 BLOBS = "model=blobs:color_blob_detector model-family=yolo-end2end labels=red,green,blue"
