@@ -274,12 +274,14 @@ class ModelStep:
                      t0: float, t1: float) -> Ticket:
         """The batch handed to a model server that decodes it (``decodes_at_server``): what comes back are the
         rows, on the host, and only the way back to frame pixels is left here (the ``decode`` stage)."""
+        from inferstream.ops.frame_rows import rows_in_frames
+
         collect = self.backend.submit_decoded(batch, params or self.cfg.params)  # type: ignore[attr-defined]
 
         def finish() -> tuple[list[Detections], dict[str, float]]:
             rows, image_ids = collect()
             t2 = time.monotonic()
-            dets = self._on_thread(lambda: self._in_frames(frames, rows, image_ids, lb))
+            dets = self._on_thread(lambda: rows_in_frames(frames, rows, image_ids, lb))
             return dets, self._record_stages(t0, t1, t2)
         return Ticket(finish)
 
@@ -308,6 +310,7 @@ class ModelStep:
         import torch
 
         from inferstream.detections import Detections, to_host
+        from inferstream.ops.frame_rows import rows_in_frames
 
         params = params or self.cfg.params
         coeffs = protos = None
@@ -325,32 +328,7 @@ class ModelStep:
             sizes = torch.tensor([len(d) for d in per_frame])
             host_ids = torch.repeat_interleave(torch.arange(len(frames)), sizes)
         assert host_ids is not None
-        return self._in_frames(frames, merged, host_ids, lb, coeffs, protos)
-
-    def _in_frames(self, frames: list[RawFrame], merged: Detections, image_ids: torch.Tensor, lb: Letterbox,
-                   coeffs: torch.Tensor | None = None, protos: torch.Tensor | None = None) -> list[Detections]:
-        """A batch's rows (on the host, model-input pixels, ``image_ids``: each row's frame) as each frame's
-        detections in frame pixels, with their masks when the decoder gave mask coefficients."""
-        import torch
-
-        from inferstream.detections import Detections
-        from inferstream.ops.letterbox import clip_xyxy, unletterbox_keypoints, unletterbox_xyxy
-
-        # on the host, on a few hundred rows: no device work, no GIL hand-off while other threads wait
-        counts = torch.bincount(image_ids, minlength=len(frames)).tolist()
-        # oriented boxes are stored unrotated (centre ± size/2): the same affine map applies to them
-        boxes = unletterbox_xyxy(merged.boxes_xyxy.float(), lb, image_ids)
-        if merged.angles_rad is None:  # an oriented box may legitimately poke out of the frame when rotated
-            boxes = clip_xyxy(boxes, torch.tensor([(f.width, f.height) for f in frames], dtype=torch.float32)[image_ids])
-        merged = Detections.trusted(boxes, merged.scores, merged.labels, merged.angles_rad, merged.track_ids,
-                                    merged.masks, merged.keypoints)  # the checked rows, mapped
-        if merged.keypoints is not None:
-            merged = replace(merged, keypoints=unletterbox_keypoints(merged.keypoints, lb, image_ids, frames))
-        if coeffs is not None and protos is not None:
-            from inferstream.ops.masks import attach_masks
-
-            merged, counts = attach_masks(merged, counts, protos, coeffs, [(f.height, f.width) for f in frames])
-        return merged.split(counts)
+        return rows_in_frames(frames, merged, host_ids, lb, coeffs, protos)
 
     def _record_stages(self, started: float, preprocessed: float, modelled: float) -> dict[str, float]:
         """This batch's preprocess, model and decode times (``time.monotonic`` marks; decode ends now), kept as the
