@@ -3,6 +3,7 @@
 track ids on the correctness clip.
 
     python bench/gpu/app_correctness.py --out DIR [--streams 8] [--frames 96] [--workers 2] [--preprocess exact]
+                                        [--graph inductor]
     python bench/gpu/app_correctness.py --out DIR --device cpu --decode software --model M --clip C  # a dry run
 
 Both runs are ``inferstream run`` on the same config (``--streams`` copies of the check clip, NVDEC decoding, the
@@ -33,7 +34,7 @@ def config(args: argparse.Namespace, out: Path, gpu: bool) -> dict[str, Any]:
     infer: dict[str, Any] = {"model": str(args.model), "precision": "fp32", "confidence-threshold": 0.3,
                              "device": args.device if gpu else "cpu"}
     if gpu:
-        infer.update({"model-server": {}, "in-flight": 2, "preprocess": args.preprocess})
+        infer.update({"model-server": {}, "in-flight": 2, "preprocess": args.preprocess, "graph": args.graph})
     return {"sources": [{"id": f"cam{i}", "file": str(args.clip), "max-frames": args.frames}
                         for i in range(args.streams)],
             "decode": args.decode, "infer": infer, "tracker": {}, "sink": {"type": "fakesink"},
@@ -98,11 +99,13 @@ def main() -> int:
     ap.add_argument("--clip", type=Path, default=CARRY / "clips" / "vtest-h264.mp4")
     ap.add_argument("--preprocess", default="auto", choices=("auto", "exact"),
                     help="the GPU side's pyinfer preprocess (auto: fast on CUDA; exact: the CPU's pixels)")
+    ap.add_argument("--graph", default="auto", choices=("auto", "inductor"),
+                    help="the GPU side's pyinfer graph (inductor: the model compiled by torch.compile)")
     ap.add_argument("--device", default="cuda", help="the served side's device (cpu: a dry run of this script)")
     ap.add_argument("--decode", default="nvh264dec", help="both sides' decoder (software: a dry run)")
     args = ap.parse_args()
     report: dict[str, Any] = {"streams": args.streams, "frames": args.frames, "workers": args.workers,
-                              "preprocess": args.preprocess}
+                              "preprocess": args.preprocess, "graph": args.graph}
     for side, on_gpu in (("gpu", True), ("cpu", False)):
         folder = args.out / side
         report[side] = run(config(args, folder, on_gpu), folder, args.workers if on_gpu else 1)

@@ -26,7 +26,8 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             and the share of the time it spent in forwards, both between 25 % and 90 % of the frames; ``pb`` its
             ``mps-priority: below-normal``, ``pw`` its ``mps-priority: workers-below-normal``, ``ce`` its ``capture: every-sum``), ``o`` with ``--ab-old``: this run on the older tree only (with any
             ``o`` run, the others run on this tree only, not on both), ``fN`` pyinfer's ``in-flight`` (frames per stream in the group at
-            once), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
+            once), ``gi`` pyinfer's ``graph: inductor`` (the model compiled by torch.compile; its bare ceiling is
+            measured compiled too, and the table gives both ratios), ``sS`` every process's ``sys.setswitchinterval`` in seconds, through a
             ``sitecustomize`` of the bench's own (how long a thread that wants the GIL waits for a busy holder);
             ``--profile S`` records S seconds of one worker with ``py-spy --gil`` once a quarter of the frames are
             done (``NAME.gil.txt``, raw; samples / (rate x S) is how busy that worker's GIL was); ``--ab-old SRC`` runs
@@ -115,21 +116,27 @@ def letterboxed_frames(clips: list[Path], count: int, size: int = 640) -> Any:
     return torch.stack([frames[i % len(frames)] for i in range(count)]) if frames else None
 
 
-def bare_ceiling(batches: list[int], contents: dict[str, Any] | None = None, reps: int = 5) -> dict[str, Any]:
+def bare_ceiling(batches: list[int], contents: dict[str, Any] | None = None, reps: int = 5,
+                 inductor: bool = False) -> dict[str, Any]:
     """img/s of one CUDA graph of the TorchScript on a static fp16 batch of uniform random values (median of
     ``reps`` timings): NCHW, channels_last, and channels_last with cuDNN's autotuning on (``autotune``: each
     convolution's algorithm timed before the capture instead of picked by heuristics; the app leaves it off).
     The channels_last graph is timed again on ``contents`` (name: ``Tensor[N, 3, 640, 640]`` on the CPU, e.g. the
     clips' frames letterboxed) and on zeros: the GPU's speed depends on the values it computes on
-    (``graph_gap.py``), so the model's ceiling on the runs' own frames is not the one on random values."""
+    (``graph_gap.py``), so the model's ceiling on the runs' own frames is not the one on random values. With
+    ``inductor``, also the channels_last model compiled as pyinfer's ``graph=inductor`` compiles it."""
     import torch
 
+    from inferstream.backends.compiled import InductorForward
+
     out: dict[str, Any] = {}
-    for layout in ("nchw", "channels_last", "autotune"):
+    for layout in ("nchw", "channels_last", "autotune", *(["inductor"] if inductor else [])):
         torch.backends.cudnn.benchmark = layout == "autotune"
         model = torch.jit.load(str(MODEL), map_location="cuda").half().eval()
         fmt = torch.contiguous_format if layout == "nchw" else torch.channels_last
         model = model.to(memory_format=fmt)
+        if layout == "inductor":
+            model = InductorForward(model)
         for b in batches:
             x = torch.rand((b, 3, 640, 640), device="cuda").half().contiguous(memory_format=fmt)
             graph, _ = capture(model, x)
@@ -365,6 +372,7 @@ class Spec:
     mps_priority: str = "normal"  # the model server's mps-priority
     every_sum: bool = False  # the model server's capture: every-sum
     old_only: bool = False  # with --ab-old: this run on the older tree only (else each run on both)
+    inductor: bool = False  # the model compiled by torch.compile (pyinfer graph=inductor)
 
     @classmethod
     def parse(cls, text: str, streams: int) -> Spec:
@@ -392,6 +400,8 @@ class Spec:
                 opts["every_sum"] = True
             elif field_ == "o":
                 opts["old_only"] = True
+            elif field_ == "gi":
+                opts["inductor"] = True
             else:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":  # as the app's auto_layout: a model server and two batches in flight, unless set here
@@ -428,6 +438,7 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
                   **({"batch-size": batch} if spec.batch >= 0 else {}),
                   **({"instances": spec.instances} if spec.instances > 1 else {}),  # older trees lack these
                   **({"in-flight": spec.in_flight} if spec.in_flight > 1 or spec.auto else {}),
+                  **({"graph": "inductor"} if spec.inductor else {}),
                   **({"model-server": {"delay-ms": spec.delay_ms, "max-batch": spec.max_batch,
                                        **({"mps-priority": spec.mps_priority} if spec.mps_priority != "normal" else {}),
                                        **({"capture": "every-sum"} if spec.every_sum else {})}}
@@ -440,6 +451,7 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
             f"{f'-si{switch_s}' if switch_s else ''}{f'-server{spec.delay_ms:g}' if spec.server else ''}"
             f"{f'-x{spec.max_batch}' if spec.server and spec.max_batch != 32 else ''}"
             f"{'' if spec.mps_priority == 'normal' else '-' + spec.mps_priority}{'-everysum' if spec.every_sum else ''}"
+            f"{'-inductor' if spec.inductor else ''}"
             f"{'-' + side if side else ''}")
     res = run_app(cfg, "auto" if spec.auto else workers, args.out, name, total, args.run_timeout, mps,
                   args.ab_old if side == "old" else None, args.profile, switch_s, args.kernels)
@@ -447,12 +459,14 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
                 "in_flight": spec.in_flight, "mps": mps, "server": spec.server, "delay_ms": spec.delay_ms,
                 "max_batch": spec.max_batch, "mps_priority": spec.mps_priority,
                 "capture": "every-sum" if spec.every_sum else "powers-of-two",
-                "code": side or "this tree",
+                "code": side or "this tree", "inductor": spec.inductor,
                 "switch_interval_s": switch_s or sys.getswitchinterval()})
-    ceiling = max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{batch}"))
-    res["of_ceiling_same_batch"] = round(res.get("fps", 0) / ceiling, 3)
-    res["of_ceiling_b32"] = round(res.get("fps", 0) / max(v for k, v in report["ceiling"].items()
-                                                           if k.endswith("-b32")), 3)
+    def best(b: int, compiled: bool) -> float:  # the bare forward of the same kind: compiled or TorchScript
+        return max(v for k, v in report["ceiling"].items() if k.endswith(f"-b{b}") and k.startswith("inductor") == compiled)
+
+    res["of_ceiling_same_batch"] = round(res.get("fps", 0) / best(batch, spec.inductor), 3)
+    res["of_ceiling_b32"] = round(res.get("fps", 0) / best(32, spec.inductor), 3)
+    res["of_torchscript_b32"] = round(res.get("fps", 0) / best(32, False), 3)
     on_clips = report["ceiling"].get("channels_last-b32-clips")
     res["of_clips_ceiling_b32"] = round(res.get("fps", 0) / on_clips, 3) if on_clips else "-"
     return res
@@ -468,7 +482,7 @@ def main() -> int:
     ap.add_argument("--tracker", default="yes,no")
     ap.add_argument("--run-timeout", type=float, default=150.0)
     ap.add_argument("--mps", default="off", help="off, on or off,on: the runs without / under the CUDA MPS daemon")
-    ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER[:bN][:iN][:fN][:m][:dX][:xN][:sS],... (e.g. 8:on:no,4:on:yes:b8) "
+    ap.add_argument("--runs", default="", help="WORKERS:MPS:TRACKER[:bN][:iN][:fN][:m][:dX][:xN][:sS][:gi],... (e.g. 8:on:no,4:on:yes:b8) "
                     "instead of the product of --workers, --mps and --tracker")
     ap.add_argument("--profile", type=float, default=0.0, help="seconds of py-spy --gil on one worker per run")
     ap.add_argument("--kernels", type=float, default=0.0, help="seconds of every process's device time per kernel "
@@ -495,7 +509,7 @@ def main() -> int:
         check_clip = ROOT / ".gpu-carry" / "clips" / "vtest-h264.mp4"  # a real camera's video, when carried
         contents = {"clips": letterboxed_frames(clips, max(batches)),
                     **({"vtest": letterboxed_frames([check_clip], max(batches))} if check_clip.exists() else {})}
-        report["ceiling"] = bare_ceiling(batches, contents)
+        report["ceiling"] = bare_ceiling(batches, contents, inductor=any(s.inductor for s in specs))
     print("ceiling", report["ceiling"], flush=True)
     total = args.streams * args.frames
     report["runs"] = []
@@ -515,9 +529,10 @@ def main() -> int:
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
              ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share, the device's | pytracker | MPS | GIL switch ms "
-              "| frames/s | of bare ceiling (same batch) | of bare b32 | of the model on the clips' frames, b32 | GPU % | NVDEC % | host cores | a worker's GIL busy "
+              "| model | frames/s | of bare ceiling (same batch, same model) | of bare b32 (same model) | of the bare TorchScript b32 "
+              "| of the model on the clips' frames, b32 | GPU % | NVDEC % | host cores | a worker's GIL busy "
               "| a batch's wait / life, ms | its stages, ms | rc |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
@@ -528,8 +543,9 @@ def main() -> int:
                   f"{', a graph for every sum' if r.get('capture') == 'every-sum' else ''}"
                   if r.get("server") else "no")
         lines.append(f"| {r['code']} | {r['workers']} | {r.get('instances', 1)} | {r['batch']} | {r.get('in_flight', 1)} | {server} | {'yes' if r['tracker'] else 'no'} | "
-                     f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {r.get('fps', '-')} | "
-                     f"{r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | {r.get('of_clips_ceiling_b32', '-')} | "
+                     f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {'inductor' if r.get('inductor') else 'TorchScript'} | "
+                     f"{r.get('fps', '-')} | {r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | "
+                     f"{r.get('of_torchscript_b32', '-')} | {r.get('of_clips_ceiling_b32', '-')} | "
                      f"{r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | "
                      f"{r.get('batch_wait_ms', '-')} / {r.get('batch_infer_ms', '-')} | "

@@ -45,7 +45,7 @@ class InferConfig:
     backend: str = "auto"
     trust_checkpoint: bool = False
     postprocess: str | None = None
-    graph: str = "auto"  # CUDA graphs of the torch backend: auto | off | cuda-graph (see backends.loader)
+    graph: str = "auto"  # CUDA graphs of the torch backend: auto | off | cuda-graph | inductor (backends.loader)
     preprocess: str = "auto"  # auto | exact | fast (see ops.letterbox.preprocess_batch)
     transform: PreprocessOverride = PreprocessOverride()  # the user's changes to the family's Preprocess
     objects: bool = False  # secondary: classify object crops (inferstream.secondary) instead of whole frames

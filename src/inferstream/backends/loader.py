@@ -43,7 +43,8 @@ MODEL_SUFFIXES: Final = tuple(sorted(_BY_SUFFIX))  # the model files a backend l
 # the choices of load_backend's options, here (torch-free) so that elements and runtimes share them
 BACKEND_CHOICES: Final = ("auto", *_RUNTIMES)
 PRECISIONS: Final = ("auto", "fp32", "fp16")
-GRAPH_MODES: Final = ("auto", "off", "cuda-graph")
+GRAPH_MODES: Final = ("auto", "off", "cuda-graph", "inductor")
+TORCH_ONLY_GRAPHS: Final = ("cuda-graph", "inductor")
 # a remote inference server's model (KServe v2): the spec is a URL with one of these schemes
 REMOTE_SCHEMES: Final = ("grpc", "grpcs", "http", "https")
 SERVED_SCHEME: Final = "ipc"  # a model server on this machine (``inferstream.model_server``): ipc:///path.sock
@@ -84,8 +85,10 @@ def load_backend(
             ``torch_backend``). Needed for ultralytics ``.pt`` files.
         graph: CUDA graphs for the torch runtime on a CUDA device: "auto" (captured per batch shape for
             TorchScript archives and ultralytics checkpoints, eager when a capture fails, and for factories),
-            "off", or "cuda-graph" (always captured; a capture failure is an error). Ignored on CPU except
-            "cuda-graph", which is refused there, as it is for onnxruntime.
+            "off", "cuda-graph" (always captured; a capture failure is an error), or "inductor" (compiled by
+            ``torch.compile`` first, see ``backends.compiled``, then captured as with "auto"). On the CPU "auto"
+            runs eager, "cuda-graph" is refused and "inductor" only compiles. onnxruntime and remote models refuse
+            "cuda-graph" and "inductor".
 
     Returns:
         A Backend whose ``info`` carries what the model file says about itself.
@@ -116,8 +119,8 @@ def load_backend(
     if scheme in REMOTE_SCHEMES or backend == "triton":
         if backend not in ("auto", "triton"):
             raise ConfigError(f"{spec!r} names a remote inference server; use backend=auto or backend=triton")
-        if graph == "cuda-graph":
-            raise ConfigError("graph=cuda-graph needs the torch backend; a remote model runs on its server")
+        if graph in TORCH_ONLY_GRAPHS:
+            raise ConfigError(f"graph={graph} needs the torch backend; a remote model runs on its server")
         remote: Backend = _runtime_class("triton").load(spec, device=dev, precision=precision,
                                                         trust_checkpoint=trust_checkpoint)
         return remote
@@ -134,8 +137,8 @@ def load_backend(
         raise UnsupportedModelError(
             f"{path}: no backend for suffix {path.suffix!r}; known suffixes: {', '.join(MODEL_SUFFIXES)} "
             "(or force one with backend=torch|onnxruntime)")
-    if runtime != "torch" and graph == "cuda-graph":
-        raise ConfigError(f"graph=cuda-graph needs the torch backend; {path.name} runs on {runtime}")
+    if runtime != "torch" and graph in TORCH_ONLY_GRAPHS:
+        raise ConfigError(f"graph={graph} needs the torch backend; {path.name} runs on {runtime}")
     options = {"graph": graph} if runtime == "torch" else {}
     loaded: Backend = _runtime_class(runtime).load(path, device=dev, precision=precision,
                                                    trust_checkpoint=trust_checkpoint, **options)

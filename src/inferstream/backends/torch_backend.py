@@ -15,7 +15,8 @@ buckets 1, 2, 4, ... below ``batch_size`` and ``batch_size`` itself; a batch of 
 bucket >= n, padded (the outputs are sliced back to n rows). ``auto`` captures only models whose forward is a
 fixed tensor program (TorchScript archives, ultralytics checkpoints) and falls back to eager when a capture fails
 (``graph_status`` says why); a factory's Python code may have side effects a replay would skip, so it runs eager
-unless ``graph="cuda-graph"`` asks for capture (which then fails loudly).
+unless ``graph="cuda-graph"`` asks for capture (which then fails loudly). ``graph="inductor"`` compiles the forward
+with ``torch.compile`` first (``backends.compiled``; on a CPU it only compiles), then captures it as ``auto`` does.
 
 Memory format (``memory_format``): a convolutional module runs in ``channels_last`` (NHWC) on an x86 CPU with
 oneDNN and on CUDA: oneDNN's convolutions and cuDNN's tensor-core kernels work in it, and an NCHW model pays a
@@ -35,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from inferstream.backends.base import ModelInfo
+from inferstream.backends.compiled import InductorForward
 from inferstream.backends.cuda_graphs import CudaGraphs, graph_buckets
 from inferstream.backends.loader import GRAPH_MODES, info_from_export_metadata
 from inferstream.backends.torch_module import (
@@ -63,29 +65,31 @@ class TorchBackend:
 
     def __init__(self, model: Callable[[Tensor], Any], info: ModelInfo, device: torch.device,
                  dtype: torch.dtype, *, graph: str = "off") -> None:
-        """``graph``: "off", or "cuda-graph" / "auto" (capture; "auto" falls back to eager on failure)."""
+        """``graph``: "off", "cuda-graph" / "auto" (capture; "auto" falls back to eager on failure) or "inductor"
+        (compiled, then captured as "auto")."""
         if graph not in GRAPH_MODES:
             raise ConfigError(f"graph={graph!r} is not one of {', '.join(GRAPH_MODES)}")
-        if graph != "off" and device.type != "cuda":
-            if graph == "cuda-graph":
-                raise ConfigError(f"graph=cuda-graph needs a CUDA device, got device={device}")
-            graph = "off"
+        if graph == "cuda-graph" and device.type != "cuda":
+            raise ConfigError(f"graph=cuda-graph needs a CUDA device, got device={device}")
         self.memory_format = preferred_memory_format(model, device)
         if self.memory_format == torch.channels_last:
             model = model.to(memory_format=torch.channels_last)  # type: ignore[attr-defined]
+        if graph == "inductor":
+            model = InductorForward(model)
         self._model: Callable[[Tensor], Any] | None = model
         self.info = info
         self.device = device
         self.dtype = dtype
         self._graphs = (CudaGraphs(model, device, dtype, strict=graph == "cuda-graph",
-                                   memory_format=self.memory_format) if graph != "off" else None)
+                                   memory_format=self.memory_format)
+                        if graph != "off" and device.type == "cuda" else None)
 
     @property
     def graph_status(self) -> str:
-        """"off", "cuda-graph (k captured, replay times: ...)" or "eager: capture failed (...)"."""
-        if self._graphs is None:
-            return "off"
-        return self._graphs.status
+        """"off", "cuda-graph (k captured, replay times: ...)" or "eager: capture failed (...)", after
+        "inductor, " when the forward is compiled."""
+        compiled = "inductor, " if isinstance(self._model, InductorForward) else ""
+        return compiled + ("off" if self._graphs is None else self._graphs.status)
 
     # --- construction ---------------------------------------------------------------------------------------
 
@@ -99,7 +103,8 @@ class TorchBackend:
             device: where to run.
             precision: "auto" (fp16 on CUDA), "fp32" or "fp16".
             trust_checkpoint: allow ``weights_only=False`` for checkpoints that pickle Python classes.
-            graph: "auto" (CUDA graphs on CUDA, eager if a capture fails), "off" or "cuda-graph" (must capture).
+            graph: "auto" (CUDA graphs on CUDA, eager if a capture fails), "off", "cuda-graph" (must capture) or
+                "inductor" (compiled by ``torch.compile``, then captured as with "auto").
 
         Raises:
             ConfigError: the checkpoint needs full unpickling and ``trust_checkpoint`` is False.
@@ -219,10 +224,13 @@ class TorchBackend:
         graphs are on), then run one dummy batch so lazy kernels, cuDNN autotuning and anchor grids are ready.
 
         Raises:
-            BackendInitError: ``graph="cuda-graph"`` and a capture failed.
+            BackendInitError: ``graph="cuda-graph"`` and a capture failed; ``graph="inductor"`` and compiling failed.
         """
-        if self._graphs is not None:
-            with torch.inference_mode():
+        with torch.inference_mode():
+            if isinstance(self._model, InductorForward):  # compiled now, outside any capture
+                self._model(torch.zeros(batch_size, 3, *input_size, device=self.device, dtype=self.dtype)
+                            .contiguous(memory_format=self.memory_format))
+            if self._graphs is not None:
                 for bucket in graph_buckets(batch_size):
                     self._graphs.prepare(bucket, input_size)
         self(torch.zeros(batch_size, 3, *input_size, device=self.device, dtype=self.dtype))

@@ -98,7 +98,8 @@ class PyInfer(GstBase.BaseTransform):  # type: ignore[misc]
                                      False)
     graph = props.choice("Graph", "CUDA graphs (torch runtime on CUDA): auto captures one graph per batch size "
                          "and falls back to eager when capture fails; cuda-graph makes a failed capture an error; "
-                         "off runs eagerly", GRAPH_MODES, "auto")
+                         "inductor compiles the model with torch.compile first (tens of seconds at start; fused "
+                         "kernels); off runs eagerly", GRAPH_MODES, "auto")
     preprocess = props.choice("Preprocess", "Colour conversion + letterbox: exact matches videoconvert + OpenCV "
                               "bit for bit; fast converts in float, then resizes (≤ 5 levels off, far cheaper on "
                               "CUDA); resize-first resizes the YUV planes, then converts (cheapest; tens of levels "
