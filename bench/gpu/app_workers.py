@@ -406,10 +406,8 @@ class Spec:
                 raise SystemExit(f"--runs: unknown field {field_!r} in {text!r}")
         if w == "auto":  # as the app's auto_layout: a model server and two batches in flight, unless set here
             if opts.get("instances", 1) == 1 and _auto_workers(streams, served=True) > 1:
-                from inferstream.app.layout import AUTO_IN_FLIGHT, AUTO_IN_FLIGHT_COMPILED
-
                 opts["server"] = True
-                opts.setdefault("in_flight", AUTO_IN_FLIGHT_COMPILED if opts.get("inductor") else AUTO_IN_FLIGHT)
+                opts.setdefault("in_flight", 2)
             return cls(_auto_workers(streams, opts.get("server", False)), mps, tracker == "yes", auto=True, **opts)
         return cls(int(w), mps, tracker == "yes", **opts)
 

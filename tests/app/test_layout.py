@@ -12,7 +12,7 @@ from app.media import BLOBS
 from inferstream.app.config import AppConfig, load_config
 from inferstream.app.layout import auto_layout, worker_count
 from inferstream.app.pipeline import build_plan, launch_line
-from inferstream.app.serving import served_config, server_command
+from inferstream.app.serving import served_config
 from inferstream.app.workers import shards
 
 
@@ -37,13 +37,6 @@ def test_auto_on_cuda_runs_a_model_server_with_two_batches_in_flight() -> None:
     line = _shard_line(cfg, 8)
     assert line == _shard_line(explicit, 8)
     assert "model=ipc:///run/s.sock" in line and "in-flight=2" in line and line.count("batch-size=8") == 8
-
-
-def test_auto_keeps_four_batches_in_flight_for_a_compiled_model() -> None:
-    cfg = auto_layout(_cfg(graph="inductor"), None, cores=16)
-    assert cfg.infer.model_server is not None and cfg.infer.properties["in-flight"] == 4
-    command = server_command(cfg, Path("/run/s.sock"))  # the server compiles; the workers only send it frames
-    assert command[command.index("--graph") + 1] == "inductor" and "graph=" not in _shard_line(cfg, 8)
 
 
 @pytest.mark.parametrize(("workers", "cores", "infer"), [

@@ -16,8 +16,6 @@ CORES_PER_CUDA_WORKER: Final = 4  # 4 workers beat 8 on the 16-core H200 host (B
 # with a model server 8 beat 4 there, and 16 gave no more (BENCHMARKS.md, *Model server on the H200*)
 CORES_PER_SERVED_WORKER: Final = 2
 AUTO_IN_FLIGHT: Final = 2  # with a model server, two batches per worker in flight beat one on every host measured
-# a compiled model (graph: inductor) answers in half the time: two batches per worker left the server idle
-AUTO_IN_FLIGHT_COMPILED: Final = 4
 
 
 def cpu_cores() -> int:
@@ -79,7 +77,7 @@ def auto_layout(cfg: AppConfig, asked: int | str | None, cores: int | None = Non
     On CUDA, where ``auto`` gives two workers or more, that is the layout measured fastest on every host it ran on:
     one model server for the workers (their batches share forwards) and pyinfer's ``in-flight: 2`` (whole batches,
     the next forming while one is at the server; ``BENCHMARKS.md``, *Model server on the H200*, *Twelfth
-    session*), or ``in-flight: 4`` for a model compiled with ``graph: inductor`` (*Twenty-fourth session*). A config that sets ``model-server`` (``false`` included) or ``in-flight`` keeps its own; a remote or
+    session*). A config that sets ``model-server`` (``false`` included) or ``in-flight`` keeps its own; a remote or
     served model, several ``instances``, the CPU and a fixed worker count keep the config as it is.
     """
     asked = cfg.workers if asked is None else asked
@@ -90,7 +88,7 @@ def auto_layout(cfg: AppConfig, asked: int | str | None, cores: int | None = Non
             or cuda_workers(len(cfg.sources), cores or cpu_cores(), served=True) < 2):
         return cfg
     props = infer.properties
-    props.setdefault("in-flight", AUTO_IN_FLIGHT_COMPILED if props.get("graph") == "inductor" else AUTO_IN_FLIGHT)
+    props.setdefault("in-flight", AUTO_IN_FLIGHT)
     laid_out = type(infer).model_validate({**props, "model-server": {}, "instances": infer.instances,
                                           "secondary": infer.secondary})
     return cfg.model_copy(update={"infer": laid_out})
