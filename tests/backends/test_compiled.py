@@ -2,11 +2,13 @@
 exported program first) gives the archive's own outputs at every batch size, compiled before the first frame."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from inferstream.backends.loader import load_backend
-from inferstream.errors import ConfigError
+from inferstream.errors import BackendInitError, ConfigError
 
 from .conftest import IMGSZ, YoloFiles
 
@@ -39,3 +41,21 @@ def test_inductor_torchscript_gives_the_archives_outputs_at_every_batch_size_wit
 def test_inductor_is_refused_for_an_onnx_model(yolo_files: dict[str, YoloFiles]) -> None:
     with pytest.raises(ConfigError, match="graph=inductor needs the torch backend"):
         load_backend(str(yolo_files["yolo11n"].onnx), graph="inductor")
+
+
+class _DataDependentModel(torch.nn.Module):
+    """Runs eagerly, but its output's size depends on the values: nothing a compiler can trace ahead."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.sum() > 1e9):
+            raise RuntimeError("unreachable")
+        return x.nonzero()
+
+
+def test_inductor_that_cannot_compile_a_model_says_so_and_names_the_way_out(tmp_path: Path) -> None:
+    path = tmp_path / "data_dependent.torchscript"
+    torch.jit.save(torch.jit.script(_DataDependentModel()), str(path))
+    assert load_backend(str(path), graph="auto")(torch.rand(2, 3, 8, 8))[0].shape[1] == 4  # it runs uncompiled
+    compiled = load_backend(str(path), graph="inductor")
+    with pytest.raises(BackendInitError, match=r"graph=inductor could not compile the model .*graph=auto runs it"):
+        compiled.warmup(2, (8, 8))
