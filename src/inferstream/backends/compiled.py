@@ -5,11 +5,15 @@ convolution's bias in its own broadcasting kernel, then SiLU reads and writes th
 are copied before the next convolution. Inductor takes the bias out of the convolution and fuses the bias, the
 activation and the copies into generated kernels. BENCHMARKS.md has the kernel shares and the speed-up.
 
-A TorchScript archive cannot be traced by dynamo, so it is first converted to an exported program (torch's
-``TS2EPConverter``) on the first batch. The batch dimension stays dynamic, so the compilations serve every batch
-size, and the CUDA graphs (``backends.cuda_graphs``) are then captured over the compiled forward as usual. Compiling
-takes tens of seconds, twice (batches of 2 and more, then a batch of 1, which dynamo always specialises), both on
-the first call, which ``TorchBackend.warmup`` makes before the first frame.
+Dynamo cannot trace a TorchScript archive, and in an ultralytics module it breaks the graph where the head keeps
+Python state of the last input's shape (each batch size then compiles again, up to dynamo's limit). So the forward
+is made one graph first: a module is traced (``torch.jit.trace``, as ultralytics' own TorchScript export does), and
+the TorchScript converted to an exported program (torch's ``TS2EPConverter``). The batch dimension stays dynamic;
+the input's height and width do not (a trace fixes them), so each input size is compiled on its first batch:
+pyinfer's size is fixed on CUDA, and a CPU stream's rectangle by its caps. Compiling takes tens of seconds, twice
+per size (batches of 2 and more, then a batch of 1, which dynamo always specialises); ``TorchBackend.warmup`` does
+it before the first frame at the size it warms up at. The CUDA graphs (``backends.cuda_graphs``) are then captured
+over the compiled forward as usual.
 """
 from __future__ import annotations
 
@@ -33,27 +37,32 @@ _INT_PRODUCT: Final = """graph(%a, %b):
 
 
 class InductorForward:
-    """``model`` (an ``nn.Module``, a TorchScript module or a callable on the batch) compiled on its first call."""
+    """``model`` (an ``nn.Module``, a TorchScript module or a traceable callable on the batch) compiled on its first
+    call."""
 
     def __init__(self, model: Callable[..., Any]) -> None:
         self._model = model
-        self._compiled: Callable[..., Any] | None = None
+        self._compiled: dict[tuple[int, ...], Callable[..., Any]] = {}  # by input (height, width)
 
     def __call__(self, x: Any) -> Any:
-        if self._compiled is None:
-            self._compiled = self._compile(x)
-        return self._compiled(x)
+        size = tuple(x.shape[2:])
+        compiled = self._compiled.get(size)
+        if compiled is None:  # the trace fixes the input size: a new one is traced and compiled again
+            compiled = self._compiled[size] = self._compile(x)
+        return compiled(x)
 
     def _compile(self, x: Any) -> Callable[..., Any]:
-        """The compiled forward, ready for every batch size. BackendInitError: conversion or compilation failed."""
+        """The compiled forward for ``x``'s input size, ready for every batch size. BackendInitError: tracing,
+        conversion or compilation failed."""
         import torch
 
         example = x if x.shape[0] > 1 else torch.cat([x, x])  # a batch of 1 would fix the batch size at 1
         try:
-            forward = self._model
-            if isinstance(forward, torch.jit.ScriptModule):
-                forward = _exported(forward, example)
-            compiled = torch.compile(forward)
+            traced: Any = self._model
+            if not isinstance(traced, torch.jit.ScriptModule):
+                trace: Any = torch.jit.trace
+                traced = trace(traced, example, check_trace=False)
+            compiled: Any = torch.compile(_exported(traced, example))
             torch._dynamo.mark_dynamic(example, 0)
             compiled(example)  # every batch size from 2 up
             compiled(example[:1])  # dynamo compiles a batch of 1 on its own: now rather than mid-stream
@@ -61,7 +70,8 @@ class InductorForward:
             raise BackendInitError(
                 f"graph=inductor could not compile the model ({type(e).__name__}: {first_line(e)}); "
                 "inductor needs triton on CUDA and a C++ compiler on the CPU; graph=auto runs it without") from e
-        return compiled
+        compiled_forward: Callable[..., Any] = compiled
+        return compiled_forward
 
 
 def _exported(module: Any, x: Any) -> Any:
