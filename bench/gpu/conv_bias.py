@@ -7,7 +7,8 @@ broadcasting kernel; the fuser cannot merge it with anything while it is inside 
 
     python bench/gpu/conv_bias.py --model .gpu-carry/models/yolo11s-random.torchscript --out DIR
 
-Per variant (as loaded; frozen; frozen with the bias split): replay rate of one CUDA graph at batch 8 and 32
+Per variant (as loaded; frozen; frozen with the bias split; ``inductor``: compiled as pyinfer's ``graph=inductor``
+compiles it, ``backends.compiled``): replay rate of one CUDA graph at batch 8 and 32
 (channels_last fp16), the largest output difference to the loaded model, and the device time per forward by
 kernel kind (torch's profiler over graph replays). On a CPU it checks the rewrite's outputs only.
 """
@@ -27,17 +28,6 @@ from bare_graph import capture, replay_rate
 KINDS = (("conv", r"xmma|conv2d|implicit_gemm|nvjet|cudnn|sm\d\d_"), ("bias/residual add", r"CUDAFunctor_add"),
          ("copy", r"direct_copy|copy_kernel"), ("silu", r"silu_kernel"), ("fused (TorchScript fuser)", r"^fused_"),
          ("cat", r"Cat"), ("pool/upsample", r"max_pool|upsample"))
-
-
-INT_OF_PRODUCT = """graph(%a, %b):
-  %ta = prim::NumToTensor(%a)
-  %tb = prim::NumToTensor(%b)
-  %m = aten::mul(%ta, %tb)
-  %r = aten::Int(%m)
-  return (%r)"""
-INT_PRODUCT = """graph(%a, %b):
-  %r = aten::mul(%a, %b)
-  return (%r)"""
 
 
 def split_conv_bias(module: Any) -> Any:
@@ -65,27 +55,6 @@ def split_conv_bias(module: Any) -> Any:
     torch._C._jit_pass_lint(graph)
     torch._C._jit_pass_dce(graph)
     return frozen
-
-
-def inductor(module: Any, x: Any) -> Any:
-    """``module`` converted from TorchScript to an exported program (torch's ``TS2EPConverter``) and compiled by
-    inductor, which peels each convolution's bias off and fuses it with the activation in one generated kernel."""
-    import time
-
-    import torch
-    from torch._export.converter import TS2EPConverter
-
-    started = time.perf_counter()
-    graph = module.graph
-    torch._C._jit_pass_inline(graph)
-    # a trace's ``N = H * W`` as tensors, then ``int(N)``: the converter makes that a data-dependent scalar
-    torch._C._jit_pass_custom_pattern_based_rewrite_graph(INT_OF_PRODUCT, INT_PRODUCT, graph)
-    program = TS2EPConverter(module, (x,)).convert()
-    compiled = torch.compile(program.module(), dynamic=False)
-    with torch.inference_mode():
-        compiled(x)
-    print(f"inductor: converted and compiled in {time.perf_counter() - started:.1f} s", flush=True)
-    return compiled
 
 
 def kernel_kinds(graph: Any, reps: int, b: int) -> dict[str, float]:
@@ -131,20 +100,22 @@ def first_tensor(out: Any) -> Any:
 def main() -> None:
     import torch
 
+    from inferstream.backends.compiled import InductorForward
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--variants", default="as loaded,frozen,bias split", help="comma-separated: as loaded, frozen, "
-                    "bias split, inductor (the last compiles once per batch size)")
+                    "bias split, inductor (pyinfer's graph=inductor: one compilation for every batch size)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     device, dtype = (torch.device("cuda"), torch.half) if cuda else (torch.device("cpu"), torch.float)
     fmt = torch.channels_last
     torch.manual_seed(0)
     loaded = torch.jit.load(args.model, map_location=device).to(dtype).eval().to(memory_format=fmt)
-    builders = {"as loaded": lambda xb: loaded, "frozen": lambda xb: torch.jit.freeze(loaded.eval()),
-                "bias split": lambda xb: split_conv_bias(loaded), "inductor": lambda xb: inductor(loaded, xb)}
+    builders = {"as loaded": lambda: loaded, "frozen": lambda: torch.jit.freeze(loaded.eval()),
+                "bias split": lambda: split_conv_bias(loaded), "inductor": lambda: InductorForward(loaded)}
     report: dict[str, Any] = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
                               "variants": {}}
     x = torch.rand(2, 3, args.imgsz, args.imgsz, device=device, dtype=dtype).contiguous(memory_format=fmt)
@@ -154,7 +125,7 @@ def main() -> None:
         build = builders[name]
         row: dict[str, Any] = {}
         with torch.inference_mode():
-            model = build(x)
+            model = build()
             for _ in range(3):  # the profiling executor specialises (and fuses) after a few calls
                 out = first_tensor(model(x)).float()
         row["max_abs_diff"] = float((out - reference).abs().max())
@@ -162,13 +133,12 @@ def main() -> None:
         if cuda:
             for b in (8, 32):
                 xb = torch.rand(b, 3, args.imgsz, args.imgsz, device=device, dtype=dtype).contiguous(memory_format=fmt)
-                model_b = build(xb) if name == "inductor" else model
-                graph, _ = capture(model_b, xb)
+                graph, _ = capture(model, xb)
                 row[f"img_s_b{b}"] = round(replay_rate(graph, b), 1)
                 if b == 32:
                     row["device_us_per_image_b32"] = kernel_kinds(graph, 20, b)
                     if name != "inductor":
-                        row["copies_eager_b32"] = copy_sources(model_b, xb)
+                        row["copies_eager_b32"] = copy_sources(model, xb)
         report["variants"][name] = row
         print(name, json.dumps(row), flush=True)
     if args.out:
