@@ -65,7 +65,8 @@ from measure import Nvml, Sampler, run_pipeline
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
 _FRAMES = re.compile(r'^inferstream_frames_total\{stream="[^"]*"\} (\d+)', re.MULTILINE)
-_SERVER = re.compile(r"^inferstream_model_server_(busy_seconds|device_seconds|frames|forwards|queued_forwards)_total "
+_SERVER = re.compile(r"^inferstream_model_server_(busy_seconds|device_seconds|frames|forwards|queued_forwards|requests"
+                     r"|request_seconds)_total "
                      r"(\S+)$", re.MULTILINE)
 
 
@@ -199,7 +200,11 @@ def server_window(samples: list[tuple[float, dict[str, float]]], lo: float, hi: 
             "server_per_forward": round((b.get("frames", 0) - a.get("frames", 0)) / forwards, 2) if forwards else None,
             # the share of forwards launched behind a running one (the server's pipelining; absent on older trees)
             "server_queued": round((b["queued_forwards"] - a.get("queued_forwards", 0)) / forwards, 3)
-            if forwards and "queued_forwards" in b else None}
+            if forwards and "queued_forwards" in b else None,
+            # a request's mean time at the server, arrival to answer (absent on older trees): against the workers'
+            # "model" stage, how much of a round trip is the server's
+            "server_request_ms": round(1000 * (b["request_seconds"] - a.get("request_seconds", 0)) / requests, 2)
+            if (requests := b.get("requests", 0) - a.get("requests", 0)) else None}
 
 
 def _busy_cpu_s() -> float:
@@ -537,7 +542,8 @@ def main() -> int:
         server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
                   f"device {r.get('server_device_busy', '-')} ({r.get('server_device_ms_per_forward', '-')} ms a "
-                  f"forward), queued {r.get('server_queued', '-')}, GIL {r.get('server_gil_busy', '-')}, warm-up "
+                  f"forward), queued {r.get('server_queued', '-')}, a request {r.get('server_request_ms', '-')} ms there, "
+                  f"GIL {r.get('server_gil_busy', '-')}, warm-up "
                   f"{r.get('server_warm_s', '-')} s"
                   f"{'' if r.get('mps_priority', 'normal') == 'normal' else ', MPS priority ' + r['mps_priority']}"
                   f"{', a graph for every sum' if r.get('capture') == 'every-sum' else ''}"

@@ -255,8 +255,12 @@ def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path, workers: int
         assert 0 < busy < time.monotonic() - started, text
         # the device's own time for those forwards: on the CPU the same time
         assert 0 < float(found["model_server_device_seconds_total"]) <= busy, text
+        # every forward answers one request or more; each request was at the server for its whole forward at least
+        assert float(found["model_server_requests_total"]) >= float(found["model_server_forwards_total"]), text
+        assert float(found["model_server_request_seconds_total"]) >= busy, text
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=60)
+        assert re.search(r"per forward, a request \d+\.\d ms at the server\)", out), out
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -58,14 +58,17 @@ def serving(tmp_path: Path, model: str, device: str, *extra: str) -> Iterator[tu
 
 def _stop(proc: subprocess.Popen[str]) -> dict[str, int]:
     """Stop the server the way the app does (SIGTERM); its counts line, without the time it spent in forwards
-    (checked to be some, the device's share of it no more than all of it)."""
+    (checked to be some, the device's share of it no more than all of it) and its requests' (one or more a forward,
+    each there for its whole forward at least)."""
     proc.terminate()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
     busy, device, queued = counts.pop("busy_s"), counts.pop("device_s"), counts.pop("queued")
+    requests, request_s = counts.pop("requests"), counts.pop("request_s")
     assert (busy > 0 and 0 < device <= busy) or not counts["forwards"], (busy, device, counts)
     assert 0 <= queued < max(1, counts["forwards"]), (queued, counts)  # the first forward queues behind none
+    assert requests >= counts["forwards"] and request_s >= busy, (requests, request_s, busy, counts)
     return counts
 
 

@@ -39,7 +39,7 @@ RECONNECT_S: Final = 60.0  # how long workers wait for a server that ended, whil
 SERVER_OPTIONS: Final = ("model", "device", "precision", "backend", "graph", "trust-checkpoint")
 PRIORITY_ENV: Final = "CUDA_MPS_CLIENT_PRIORITY"  # NVIDIA MPS: 0 normal, 1 below normal, read when CUDA starts
 # what the server counts, in its stats lines and its last line
-COUNTS: Final = ("frames", "forwards", "busy_s", "device_s", "queued")
+COUNTS: Final = ("frames", "forwards", "busy_s", "device_s", "queued", "requests", "request_s")
 
 
 def server_command(cfg: AppConfig, socket: Path) -> list[str]:
@@ -89,8 +89,10 @@ def model_server(cfg: AppConfig, say: Callable[[str], None]) -> Iterator[tuple[A
     finally:
         counts = server.stop()
         if counts.get("forwards"):
-            say(f"model server: {counts['frames']} frames in {counts['forwards']} forwards "
-                f"({counts['frames'] / counts['forwards']:.1f} per forward)")
+            at_server = (f", a request {1000 * counts['request_s'] / counts['requests']:.1f} ms at the server"
+                         if counts.get("requests") else "")
+            say(f"model server: {counts['frames']:.0f} frames in {counts['forwards']:.0f} forwards "
+                f"({counts['frames'] / counts['forwards']:.1f} per forward{at_server})")
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -169,8 +171,8 @@ class _Server:
                 self.say(f"model server could not be started again: {exc}")
                 return
 
-    def stop(self) -> dict[str, int]:
-        """Stop it; the frames and forwards of every server of the run."""
+    def stop(self) -> dict[str, float]:
+        """Stop it; the counts (``COUNTS``) of every server of the run."""
         self.stopping.set()
         if self.proc is not None:
             if self.proc.poll() is None:
@@ -181,7 +183,7 @@ class _Server:
                 self.proc.kill()
                 self.proc.wait()
             self._count()
-        return {"frames": int(self.ended["frames"]), "forwards": int(self.ended["forwards"])}
+        return dict(self.ended)
 
     def metrics(self) -> str:
         """The server's health and counts, in the Prometheus text format."""
@@ -205,6 +207,11 @@ class _Server:
             *metric_lines("model_server_queued_forwards_total", "counter", "Forwards launched behind one still "
                           "running (the device went on to them without waiting for the server's host work)",
                           [("", total["queued"])]),
+            *metric_lines("model_server_requests_total", "counter", "Workers' requests the model server answered "
+                          "after a forward", [("", total["requests"])]),
+            *metric_lines("model_server_request_seconds_total", "counter", "Those requests' time at the server, "
+                          "from arrival to answer: over requests_total, the mean; the rest of a worker's round trip "
+                          "is the way there and back", [("", total["request_s"])]),
             *metric_lines("model_server_workers", "gauge", "Batch-groups connected to the model server",
                           [("", live.get("workers", 0))]),
         ]) + "\n"

@@ -92,6 +92,8 @@ class ModelServer:
         self.busy_s = 0.0  # in forwards, from each launch (or the end of the one it queued behind) to its end: its
         # rate is how busy the model is
         self.device_s = 0.0  # the same forwards timed on the device (on the CPU: busy_s)
+        self.requests = 0  # requests answered after a forward, and their time here, from arrival to answer:
+        self.request_s = 0.0  # beside a worker's own round trip, where a request's time goes
 
     # the loop ----------------------------------------------------------------------------------------------
     def serve(self, listener: Listener) -> None:
@@ -119,7 +121,7 @@ class ModelServer:
     def counts(self) -> dict[str, float]:
         """What the app's metrics add up (``app.serving.COUNTS``)."""
         return {"forwards": self.forwards, "frames": self.frames, "busy_s": self.busy_s, "device_s": self.device_s,
-                "queued": self.queued}
+                "queued": self.queued, "requests": self.requests, "request_s": self.request_s}
 
     def close(self) -> None:
         """Let every worker go, remove the shared files and end the model's thread."""
@@ -190,6 +192,7 @@ class ModelServer:
             elif kind == "run" and client.input is not None and not client.asked and 0 < args[0] <= client.shape[0] \
                     and (len(args) == 1 or client.decoder is not None and isinstance(args[1], DecodeParams)):
                 client.asked, client.asked_at = int(args[0]), next(self._requests)
+                client.asked_time = time.perf_counter()
                 client.params = args[1] if len(args) > 1 else None
             else:
                 why = (f"unexpected request {kind!r} (register before run, at most the registered batch, one run "
@@ -352,6 +355,9 @@ class ModelServer:
                 job.asked, job.in_forward = 0, False
                 if job in self._clients:
                     self._send(job, answer(forward, job))
+                    if forward.error is None:
+                        self.requests += 1
+                        self.request_s += time.perf_counter() - job.asked_time
 
     def _settle(self) -> None:
         """Wait for the forwards under way to end, and answer them."""

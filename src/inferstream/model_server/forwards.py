@@ -29,6 +29,7 @@ class Client:
     files: list[Path] = field(default_factory=list)
     asked: int = 0  # frames of the request not answered yet (waiting, or in a forward), 0: none
     asked_at: int = 0  # the request's number: the oldest run first
+    asked_time: float = 0.0  # when the request came (perf_counter): its time at the server, until answered
     in_forward: bool = False  # its request is in a forward under way
     decoder: FlatDecoder | None = None  # registered to have its rows decoded here (``decoding``)
     params: DecodeParams | None = None  # the request's thresholds: decode its rows (None: send the raw outputs)
