@@ -1,5 +1,5 @@
-"""pyinfer graph=inductor in a real pipeline: the real person detector (an ultralytics checkpoint, compiled by
-torch.compile as the module it is) finds the same people on vtest as the uncompiled model, frame by frame."""
+"""pyinfer graph=inductor in a real pipeline: the real person detector (an ultralytics checkpoint, traced and then
+compiled by torch.compile) finds the same people on vtest as the uncompiled model, frame by frame."""
 from __future__ import annotations
 
 from pathlib import Path
