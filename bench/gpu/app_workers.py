@@ -35,6 +35,8 @@ Runs after ``bench/gpu/provision.sh`` (``run.sh`` with ``APP_WORKERS=1`` does bo
             order run by run: code against code on one host, with one set of clips and one ceiling
 ``--kernels S`` has every process of each run record S seconds of its device time per kernel at a quarter of
 the frames (``kernel_sample.py``: which share of the GPU the server's forwards and the workers' own kernels take).
+``--nvdec-processes P`` (8 by default; 0: skip) first measures what NVDEC alone decodes of the streams, in P
+processes into fakesinks (``nvdec_ceiling.py``); each run then says its share of that too.
 Writes ``app_workers.json`` and ``app_workers.md`` into DIR.
 """
 from __future__ import annotations
@@ -61,12 +63,13 @@ from gi.repository import Gst
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bare_graph import capture, replay_rate
 from measure import Nvml, Sampler, run_pipeline
+from nvdec_ceiling import nvdec_ceiling
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / ".gpu-carry" / "models" / "yolo11s-random.torchscript"
 _FRAMES = re.compile(r'^inferstream_frames_total\{stream="[^"]*"\} (\d+)', re.MULTILINE)
 _SERVER = re.compile(r"^inferstream_model_server_(busy_seconds|device_seconds|frames|forwards|queued_forwards|requests"
-                     r"|request_seconds)_total "
+                     r"|request_seconds|decodes|decode_seconds)_total "
                      r"(\S+)$", re.MULTILINE)
 
 
@@ -204,7 +207,15 @@ def server_window(samples: list[tuple[float, dict[str, float]]], lo: float, hi: 
             # a request's mean time at the server, arrival to answer (absent on older trees): against the workers'
             # "model" stage, how much of a round trip is the server's
             "server_request_ms": round(1000 * (b["request_seconds"] - a.get("request_seconds", 0)) / requests, 2)
-            if (requests := b.get("requests", 0) - a.get("requests", 0)) else None}
+            if (requests := b.get("requests", 0) - a.get("requests", 0)) else None,
+            # the decoding thread's busy share and forwards per decoding call (absent on older trees): near 1 busy,
+            # decoding bounds the run
+            "server_decode_busy": round((b["decode_seconds"] - a.get("decode_seconds", 0)) / (t1 - t0), 3)
+            if "decode_seconds" in b else None,
+            "server_forwards_per_decode": round(forwards / decodes, 2)
+            if (decodes := b.get("decodes", 0) - a.get("decodes", 0)) else None,
+            "server_decode_ms": round(1000 * (b["decode_seconds"] - a.get("decode_seconds", 0)) / decodes, 2)
+            if decodes else None}
 
 
 def _busy_cpu_s() -> float:
@@ -474,6 +485,8 @@ def one_run(args: argparse.Namespace, clips: list[Path], report: dict[str, Any],
     res["of_torchscript_b32"] = round(res.get("fps", 0) / best(32, False), 3)
     on_clips = report["ceiling"].get("channels_last-b32-clips")
     res["of_clips_ceiling_b32"] = round(res.get("fps", 0) / on_clips, 3) if on_clips else "-"
+    nvdec = report.get("nvdec", {}).get("fps")
+    res["of_nvdec_alone"] = round(res.get("fps", 0) / nvdec, 3) if nvdec else "-"
     return res
 
 
@@ -492,6 +505,8 @@ def main() -> int:
     ap.add_argument("--profile", type=float, default=0.0, help="seconds of py-spy --gil on one worker per run")
     ap.add_argument("--kernels", type=float, default=0.0, help="seconds of every process's device time per kernel "
                     "at a quarter of the frames (kernel_sample.py; torch's profiler)")
+    ap.add_argument("--nvdec-processes", type=int, default=8, help="processes decoding the streams into a fakesink "
+                    "for NVDEC's own ceiling (nvdec_ceiling.py; 0: not measured)")
     ap.add_argument("--ceiling-from", type=Path, help="an earlier app_workers.json: its ceiling, not measured again")
     ap.add_argument("--ab-old", type=Path, help="an older src/ to run each config with too, alternating")
     args = ap.parse_args()
@@ -501,6 +516,9 @@ def main() -> int:
     t = time.perf_counter()
     clips = make_clips(args.out, args.clips, args.frames)
     report["clips_s"] = round(time.perf_counter() - t, 1)
+    if args.nvdec_processes:  # the decoder's own ceiling on these clips, as the runs' workers decode them
+        report["nvdec"] = nvdec_ceiling(clips, args.streams, args.nvdec_processes)
+        print("nvdec alone", report["nvdec"], flush=True)
     if args.runs:
         specs = [Spec.parse(r, args.streams) for r in args.runs.split(",")]
     else:
@@ -533,17 +551,19 @@ def main() -> int:
     lines = [(f"{args.streams} x 1080p H.264 streams, {args.frames} frames each, app `inferstream run --workers N` "
               "(nvh264dec -> pyinfer CUDA memory, yolo11s fp16 TorchScript, CUDA graphs)"), "",
              f"bare model ceiling (img/s, one CUDA graph, static fp16 input): {report['ceiling']}", "",
+             f"NVDEC alone (the streams decoded into a fakesink, nvdec_ceiling.py): {report.get('nvdec', '-')}", "",
              ("| code | workers | instances | batch | in flight | model server (frames per forward in the window), its busy share, the device's | pytracker | MPS | GIL switch ms "
               "| model | frames/s | of bare ceiling (same batch, same model) | of bare b32 (same model) | of the bare TorchScript b32 "
-              "| of the model on the clips' frames, b32 | GPU % | NVDEC % | host cores | a worker's GIL busy "
+              "| of the model on the clips' frames, b32 | of NVDEC alone | GPU % | NVDEC % | host cores | a worker's GIL busy "
               "| a batch's wait / life, ms | its stages, ms | rc |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["runs"]:
         server = (f"max {r.get('max_batch', 32)}, delay {r.get('delay_ms', 0):g} ms "
                   f"({r.get('server_per_forward', r.get('per_forward', '-'))}), busy {r.get('server_busy', '-')}, "
                   f"device {r.get('server_device_busy', '-')} ({r.get('server_device_ms_per_forward', '-')} ms a "
                   f"forward), queued {r.get('server_queued', '-')}, a request {r.get('server_request_ms', '-')} ms there, "
-                  f"GIL {r.get('server_gil_busy', '-')}, warm-up "
+                  f"decoding busy {r.get('server_decode_busy', '-')} ({r.get('server_forwards_per_decode', '-')} "
+                  f"forwards a call of {r.get('server_decode_ms', '-')} ms), GIL {r.get('server_gil_busy', '-')}, warm-up "
                   f"{r.get('server_warm_s', '-')} s"
                   f"{'' if r.get('mps_priority', 'normal') == 'normal' else ', MPS priority ' + r['mps_priority']}"
                   f"{', a graph for every sum' if r.get('capture') == 'every-sum' else ''}"
@@ -552,6 +572,7 @@ def main() -> int:
                      f"{r['mps']} | {1e3 * r['switch_interval_s']:g} | {'inductor' if r.get('inductor') else 'TorchScript'} | "
                      f"{r.get('fps', '-')} | {r['of_ceiling_same_batch']} | {r['of_ceiling_b32']} | "
                      f"{r.get('of_torchscript_b32', '-')} | {r.get('of_clips_ceiling_b32', '-')} | "
+                     f"{r.get('of_nvdec_alone', '-')} | "
                      f"{r.get('gpu_util_pct', '-')} | "
                      f"{r.get('nvdec_util_pct', '-')} | {r.get('host_cores', '-')} | {r.get('gil_busy', '-')} | "
                      f"{r.get('batch_wait_ms', '-')} / {r.get('batch_infer_ms', '-')} | "

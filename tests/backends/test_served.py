@@ -66,6 +66,8 @@ def _stop(proc: subprocess.Popen[str]) -> dict[str, int]:
     counts: dict[str, int] = json.loads(out.strip().splitlines()[-1])
     busy, device, queued = counts.pop("busy_s"), counts.pop("device_s"), counts.pop("queued")
     requests, request_s = counts.pop("requests"), counts.pop("request_s")
+    decodes, decode_s = counts.pop("decodes"), counts.pop("decode_s")
+    assert 0 <= decodes <= counts["forwards"] and decode_s >= 0 and (decode_s > 0) == (decodes > 0), counts
     assert (busy > 0 and 0 < device <= busy) or not counts["forwards"], (busy, device, counts)
     assert 0 <= queued < max(1, counts["forwards"]), (queued, counts)  # the first forward queues behind none
     assert requests >= counts["forwards"] and request_s >= busy, (requests, request_s, busy, counts)

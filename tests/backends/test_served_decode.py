@@ -9,6 +9,7 @@ one), which must agree bit for bit; and each frame's rows must be its own, with 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,57 @@ def test_masks_stay_with_the_worker() -> None:
     with pytest.raises(ValueError, match="yolo-seg is decoded by the worker"):
         Decoders(ModelInfo(task="segment")).get("yolo-seg", shapes, 640, 640)
     assert Decoders(ModelInfo()).get("yolo", [(1, 84, 8400)], 640, 640).num_classes == 80
+
+
+def test_forwards_that_end_while_the_decoding_thread_is_busy_are_decoded_in_one_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server in this process, three workers: the first worker's rows are held in decoding while the other two
+    are forwarded; once let go, one decoding call takes both of theirs, and every worker gets its own frames' squares.
+    One call per forward made the decoding thread the limit of a fast model's short forwards (BENCHMARKS.md,
+    *Twenty-fifth session*)."""
+    from multiprocessing.connection import Listener
+
+    from inferstream import model_server
+    from inferstream.backends.loader import load_backend
+
+    server = model_server.ModelServer(load_backend("blobs:color_blob_detector", device="cpu"))
+    listener = Listener(str(tmp_path / "model.sock"), family="AF_UNIX")
+    serving_thread = threading.Thread(target=server.serve, args=(listener,), daemon=True)
+    serving_thread.start()
+    spec = f"ipc://{tmp_path / 'model.sock'}"
+    steps = [ModelStep(InferConfig(model=spec, family="yolo-end2end", input_size=(240, 320))) for _ in range(3)]
+    for step in steps:
+        step.backend.warmup(2, (240, 320))
+    decoded = server.decodes
+    calls: list[int] = []  # jobs per decoding call from here on
+    release = threading.Event()
+    together = model_server.decode_together
+
+    def held(groups: Any, stream: Any) -> Any:
+        calls.append(sum(len(group.jobs) for group in groups))
+        release.wait(30)
+        return together(groups, stream)
+
+    monkeypatch.setattr(model_server, "decode_together", held)
+    frames = [_squares(k, 2) for k in range(3)]
+    results: dict[int, list[Detections]] = {}
+    threads = [threading.Thread(target=lambda k=k: results.update({k: steps[k].infer(frames[k])})) for k in range(3)]
+    threads[0].start()
+    deadline = time.monotonic() + 30
+    while not calls and time.monotonic() < deadline:  # the first worker's rows are in the held call
+        time.sleep(0.01)
+    for t in threads[1:]:
+        t.start()
+    while sum(len(f.jobs) for f in server._to_decode) < 2 and time.monotonic() < deadline:  # both forwarded, waiting
+        time.sleep(0.01)
+    release.set()
+    for t in threads:
+        t.join(30)
+    server.stop()
+    serving_thread.join(30)
+    for step in steps:
+        step.close()
+    assert calls == [1, 2]
+    assert server.decodes - decoded == 2
+    for k in range(3):
+        assert [d.boxes_xyxy.tolist() for d in results[k]] == _where(frames[k], (0, 1, 2)), f"worker {k}"

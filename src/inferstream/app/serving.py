@@ -39,7 +39,7 @@ RECONNECT_S: Final = 60.0  # how long workers wait for a server that ended, whil
 SERVER_OPTIONS: Final = ("model", "device", "precision", "backend", "graph", "trust-checkpoint")
 PRIORITY_ENV: Final = "CUDA_MPS_CLIENT_PRIORITY"  # NVIDIA MPS: 0 normal, 1 below normal, read when CUDA starts
 # what the server counts, in its stats lines and its last line
-COUNTS: Final = ("frames", "forwards", "busy_s", "device_s", "queued", "requests", "request_s")
+COUNTS: Final = ("frames", "forwards", "busy_s", "device_s", "queued", "requests", "request_s", "decodes", "decode_s")
 
 
 def server_command(cfg: AppConfig, socket: Path) -> list[str]:
@@ -212,6 +212,10 @@ class _Server:
             *metric_lines("model_server_request_seconds_total", "counter", "Those requests' time at the server, "
                           "from arrival to answer: over requests_total, the mean; the rest of a worker's round trip "
                           "is the way there and back", [("", total["request_s"])]),
+            *metric_lines("model_server_decodes_total", "counter", "Decoding calls at the model server (each decodes "
+                          "the rows of every forward that ended while the one before it ran)", [("", total["decodes"])]),
+            *metric_lines("model_server_decode_seconds_total", "counter", "Seconds the model server's decoding thread "
+                          "spent in those calls (near 1 a second, decoding bounds the run)", [("", total["decode_s"])]),
             *metric_lines("model_server_workers", "gauge", "Batch-groups connected to the model server",
                           [("", live.get("workers", 0))]),
         ]) + "\n"

@@ -15,8 +15,8 @@ goes from one forward to the next without waiting for this process to read, answ
 thread (``model_thread``) waits for each forward's end (on the CPU it runs the forward: its one OpenMP pool).
 A worker that registered its decoder's family and sends its thresholds with a request (``backends.served``:
 ``submit_decoded``) gets its frames' rows instead of outputs: a decoding thread (one torch thread) decodes every
-such request of a forward at once once the forward has ended, on a CUDA stream of its own, while the model's thread
-goes on with the next forward (``decoding``).
+such request of a forward at once once the forward has ended, with those of every other forward that ended while it
+was busy, on a CUDA stream of its own, while the model's thread goes on with the next forward (``decoding``).
 
 The socket's folder is the access control (the app makes it private): whoever can connect can send pickles. What
 the process prints, and how it stops: ``__main__``.
@@ -33,7 +33,7 @@ from collections import deque
 from multiprocessing.connection import Connection, Listener, wait
 from typing import TYPE_CHECKING, Any, Final
 
-from inferstream.model_server.decoding import Decoders, groups_of
+from inferstream.model_server.decoding import Decoders, decode_together, groups_of
 from inferstream.model_server.forwards import Client, Forward, answer
 from inferstream.model_server.shared import SharedTensors
 from inferstream.model_server.warmup import Warmer
@@ -76,6 +76,8 @@ class ModelServer:
         self._decoding.one_torch_thread()
         self._running: list[Forward] = []  # launched and not answered yet, oldest first (at most DEPTH on the device)
         self._ended: deque[Forward] = deque()  # ended, to answer: the model's thread hands them to the main one
+        self._to_decode: list[Forward] = []  # ended, their rows not decoded yet: the next decoding call takes them all
+        self._to_decode_lock = threading.Lock()
         self._last_end = 0.0  # when the last forward ended: busy time counts a forward queued behind it from there
         self._clients: list[Client] = []
         self._accepted: list[Connection] = []
@@ -94,6 +96,8 @@ class ModelServer:
         self.device_s = 0.0  # the same forwards timed on the device (on the CPU: busy_s)
         self.requests = 0  # requests answered after a forward, and their time here, from arrival to answer:
         self.request_s = 0.0  # beside a worker's own round trip, where a request's time goes
+        self.decodes = 0  # decoding calls (each takes every forward that ended while the last one ran), and their
+        self.decode_s = 0.0  # time on the decoding thread: its rate is how busy that thread is
 
     # the loop ----------------------------------------------------------------------------------------------
     def serve(self, listener: Listener) -> None:
@@ -121,7 +125,8 @@ class ModelServer:
     def counts(self) -> dict[str, float]:
         """What the app's metrics add up (``app.serving.COUNTS``)."""
         return {"forwards": self.forwards, "frames": self.frames, "busy_s": self.busy_s, "device_s": self.device_s,
-                "queued": self.queued, "requests": self.requests, "request_s": self.request_s}
+                "queued": self.queued, "requests": self.requests, "request_s": self.request_s,
+                "decodes": self.decodes, "decode_s": self.decode_s}
 
     def close(self) -> None:
         """Let every worker go, remove the shared files and end the model's thread."""
@@ -287,7 +292,7 @@ class ModelServer:
 
     def _forward(self, forward: Forward) -> None:
         """Run the model on the requests' rows; copy each worker's rows of the outputs into its tensors, or keep
-        them for decoding here (``_decode``)."""
+        them for decoding here (``_decode_waiting``)."""
         import torch
 
         with torch.inference_mode():
@@ -315,18 +320,30 @@ class ModelServer:
             self._end(forward, exc)
             return
         os.write(self._wake_w, b"e")  # the device has room for the next forward while this one's rows decode
-        decoded = self._decoding.submit(lambda: self._decode(forward))
-        decoded.add_done_callback(lambda done: self._end(forward, done.exception()))
+        with self._to_decode_lock:
+            self._to_decode.append(forward)
+            if len(self._to_decode) > 1:  # a decoding call is queued already: it takes this one too
+                return
+        self._decoding.submit(self._decode_waiting)
 
-    def _decode(self, forward: Forward) -> None:
-        """Decode ``forward``'s groups (on the decoding thread, once the model's thread saw the forward end; on a GPU
-        on the decoding stream); a group that fails answers its workers why."""
-        for group in forward.groups:
-            try:
-                forward.answers.update(group.decode(self._decode_stream))
-            except Exception as exc:  # noqa: BLE001 (that group's workers hear why; the others get their rows)
-                forward.answers.update(dict.fromkeys((job for job, _, _ in group.jobs),
-                                                     f"decoding failed: {type(exc).__name__}: {exc}"))
+    def _decode_waiting(self) -> None:
+        """Decode the rows of every forward that has ended since the last call, at once (on the decoding thread; on a
+        GPU on the decoding stream), and hand those forwards on to be answered, in the order they ended."""
+        with self._to_decode_lock:
+            forwards, self._to_decode = self._to_decode, []
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            answers = decode_together([group for forward in forwards for group in forward.groups],
+                                      self._decode_stream)
+            for forward in forwards:
+                forward.answers.update({job: answers[job] for job in forward.jobs if job in answers})
+        except Exception as exc:  # noqa: BLE001 (answered as each forward's error; the server goes on)
+            error = exc
+        self.decodes += 1
+        self.decode_s += time.perf_counter() - started
+        for forward in forwards:
+            self._end(forward, error)
 
     def _end(self, forward: Forward, exc: BaseException | None) -> None:
         """``forward`` is done (on the model's or the decoding thread): hand it to the main thread, which answers its

@@ -8,8 +8,13 @@ one set of small kernels and host syncs per forward, on a stream of its own besi
 worker otherwise ran its own per batch under MPS beside the forward (BENCHMARKS.md, *what the forward shares the
 GPU with*). What crosses back is a few kB of rows (``backends.served.Rows``) instead of the raw outputs.
 
+The cost of a decoding call hardly depends on its rows (a few kernels, NMS, host syncs), so the rows of every
+forward that ended while the last call ran are decoded in one call (``decode_together``). One call per forward made
+the decoding thread the limit once forwards got short (the compiled model's 2 ms forwards of one worker's 8 frames):
+answers came late, so requests came one at a time, each a forward of its own, and the run stayed slow.
+
 No GStreamer here, and nothing of the serving loop: ``model_server`` groups a forward's requests (``Group``) and
-answers each with what ``Group.decode`` gives it.
+answers each with what ``decode_together`` gives it.
 """
 from __future__ import annotations
 
@@ -62,8 +67,8 @@ class Decoders:
 class Group:
     """The requests of one forward that share a decoder and thresholds: their frames' outputs, decoded at once.
 
-    ``jobs`` are the requests (any hashable owner) with the first row of their frames in the forward's outputs and
-    their frame count, in the forward's order.
+    ``jobs`` are the requests (any hashable owner) with the first row of their frames in the forward's outputs (read
+    by ``take`` only) and their frame count, in the forward's order.
     """
 
     decoder: FlatDecoder
@@ -113,6 +118,30 @@ class Group:
             out[job] = Rows(image_ids[a:b] - offsets[k], boxes[a:b], scores[a:b], labels[a:b],
                             None if angles is None else angles[a:b], None if keypoints is None else keypoints[a:b])
         return out
+
+
+def decode_together(groups: Sequence[Group], stream: torch.cuda.Stream | None) -> dict[Any, Rows | str]:
+    """Each job's rows of ``groups`` (of one forward, or of several in the order they ended), one decoding call per
+    decoder and thresholds (on a GPU on ``stream``); the jobs of a call that fails get why, as a string."""
+    import contextlib
+
+    import torch
+
+    alike: dict[tuple[int, DecodeParams], list[Group]] = {}
+    for group in groups:
+        alike.setdefault((id(group.decoder), group.params), []).append(group)
+    answers: dict[Any, Rows | str] = {}
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        for same in alike.values():
+            jobs = [job for group in same for job in group.jobs]
+            try:
+                one = same[0] if len(same) == 1 else Group(
+                    same[0].decoder, same[0].params, jobs,
+                    [torch.cat(parts) for parts in zip(*(group.outputs for group in same), strict=True)])
+                answers.update(one.decode(stream))
+            except Exception as exc:  # noqa: BLE001 (those jobs' workers hear why; the others get their rows)
+                answers.update(dict.fromkeys((job for job, _, _ in jobs), f"decoding failed: {type(exc).__name__}: {exc}"))
+    return answers
 
 
 def groups_of(requests: Sequence[Any]) -> list[Group]:
