@@ -258,6 +258,9 @@ def test_the_model_server_shows_in_the_runs_metrics(tmp_path: Path, workers: int
         # every forward answers one request or more; each request was at the server for its whole forward at least
         assert float(found["model_server_requests_total"]) >= float(found["model_server_forwards_total"]), text
         assert float(found["model_server_request_seconds_total"]) >= busy, text
+        # the person detector's rows are decoded at the server (at most one call a forward: tests/backends)
+        assert float(found["model_server_decodes_total"]) > 0, text
+        assert float(found["model_server_decode_seconds_total"]) > 0, text
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
         assert re.search(r"per forward, a request \d+\.\d ms at the server\)", out), out
